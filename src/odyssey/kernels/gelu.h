@@ -1,0 +1,12 @@
+// GELU, tanh approximation (GPT-2's "gelu_new"): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+#pragma once
+
+#include <cstddef>
+
+namespace odyssey {
+
+void gelu_forward(float* out, const float* inp, size_t n);
+// Accumulates dinp += gelu'(inp) * dout.
+void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
+
+}  // namespace odyssey
