@@ -1,0 +1,102 @@
+#include "odyssey/model/params.h"
+
+#include <cmath>
+
+#include "odyssey/core/error.h"
+#include "odyssey/core/rng.h"
+
+namespace odyssey {
+
+void ModelConfig::validate() const {
+  ODY_CHECK(arch == "gpt2", "model.arch: unknown architecture '{}' (supported: gpt2)", arch);
+  ODY_CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
+  ODY_CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
+  ODY_CHECK(d_model > 0, "model.d_model must be positive, got {}", d_model);
+  ODY_CHECK(d_model % n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", d_model, n_head);
+  ODY_CHECK(seq_len > 0, "model.seq_len must be positive, got {}", seq_len);
+  ODY_CHECK(vocab_size > 0 && vocab_size <= 65536,
+            "model.vocab_size must be in [1, 65536] (tokens are stored as uint16), got {}", vocab_size);
+}
+
+int64_t ModelConfig::num_parameters() const { return ParamTable(*this).total(); }
+
+ParamTable::ParamTable(const ModelConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, T = c.seq_len;
+  using Init = ParamInfo::Init;
+  auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
+    ParamInfo p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.numel = 1;
+    for (int64_t d : p.shape) p.numel *= d;
+    p.offset = total_;
+    p.init = init;
+    p.weight_decay = p.shape.size() >= 2;
+    total_ += p.numel;
+    tensors_.push_back(std::move(p));
+  };
+  add("wte", {V, C}, Init::normal);
+  add("wpe", {T, C}, Init::normal);
+  for (int l = 0; l < c.n_layer; ++l) {
+    std::string h = "h." + std::to_string(l) + ".";
+    add(h + "ln_1.weight", {C}, Init::ones);
+    add(h + "ln_1.bias", {C}, Init::zeros);
+    add(h + "attn.c_attn.weight", {3 * C, C}, Init::normal);
+    add(h + "attn.c_attn.bias", {3 * C}, Init::zeros);
+    add(h + "attn.c_proj.weight", {C, C}, Init::normal_residual);
+    add(h + "attn.c_proj.bias", {C}, Init::zeros);
+    add(h + "ln_2.weight", {C}, Init::ones);
+    add(h + "ln_2.bias", {C}, Init::zeros);
+    add(h + "mlp.c_fc.weight", {4 * C, C}, Init::normal);
+    add(h + "mlp.c_fc.bias", {4 * C}, Init::zeros);
+    add(h + "mlp.c_proj.weight", {C, 4 * C}, Init::normal_residual);
+    add(h + "mlp.c_proj.bias", {C}, Init::zeros);
+  }
+  add("ln_f.weight", {C}, Init::ones);
+  add("ln_f.bias", {C}, Init::zeros);
+  // Pointers are taken once the vector no longer grows.
+  for (int l = 0; l < c.n_layer; ++l) {
+    const ParamInfo* p = &tensors_[2 + size_t(l) * 12];
+    layers_.push_back({p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 6, p + 7, p + 8, p + 9, p + 10, p + 11});
+  }
+}
+
+const ParamInfo* ParamTable::try_find(const std::string& name) const {
+  for (const auto& p : tensors_)
+    if (p.name == name) return &p;
+  return nullptr;
+}
+
+const ParamInfo& ParamTable::find(const std::string& name) const {
+  const ParamInfo* p = try_find(name);
+  ODY_CHECK(p, "no parameter named '{}' in the model", name);
+  return *p;
+}
+
+std::pair<int64_t, int64_t> ParamTable::layer_range(int l) const {
+  const LayerParams& lp = layers_[size_t(l)];
+  return {lp.ln1_w->offset, lp.fc_proj_b->offset + lp.fc_proj_b->numel};
+}
+
+void init_parameters(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed) {
+  const float std = 0.02f;
+  const float residual_std = std / std::sqrt(2.0f * float(config.n_layer));
+  for (size_t t = 0; t < table.tensors().size(); ++t) {
+    const ParamInfo& p = table.tensors()[t];
+    float* x = params + p.offset;
+    switch (p.init) {
+      case ParamInfo::Init::normal: philox_fill_normal(x, size_t(p.numel), 0.0f, std, seed, t); break;
+      case ParamInfo::Init::normal_residual:
+        philox_fill_normal(x, size_t(p.numel), 0.0f, residual_std, seed, t);
+        break;
+      case ParamInfo::Init::zeros:
+        for (int64_t i = 0; i < p.numel; ++i) x[i] = 0.0f;
+        break;
+      case ParamInfo::Init::ones:
+        for (int64_t i = 0; i < p.numel; ++i) x[i] = 1.0f;
+        break;
+    }
+  }
+}
+
+}  // namespace odyssey
