@@ -1,1 +1,213 @@
-int main() { return 0; }
+// odyssey: one binary, one subcommand per user-facing action (DESIGN.md, "User-facing contract").
+// Every failure a user can cause ends here as one message on stderr and exit code 1.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "odyssey/checkpoint/checkpoint.h"
+#include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/core/error.h"
+#include "odyssey/core/log.h"
+#include "odyssey/core/timer.h"
+#include "odyssey/data/dataset.h"
+#include "odyssey/data/prepare.h"
+#include "odyssey/data/tokenizer.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/train/config.h"
+#include "odyssey/train/generate.h"
+#include "odyssey/train/trainer.h"
+
+using namespace odyssey;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A model with the weights of a checkpoint (a step directory or a run directory).
+std::unique_ptr<GPT2> load_model(const std::string& path, CheckpointState* state_out) {
+  std::string dir = resolve_checkpoint(path);
+  CheckpointState state = read_checkpoint_manifest(dir);
+  auto model = std::make_unique<GPT2>(state.model);
+  load_checkpoint(dir, model->table(), model->params(), nullptr, nullptr);
+  if (state_out) *state_out = state;
+  return model;
+}
+
+int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides) {
+  RunConfig config = load_run_config(config_path, overrides);
+  TrainResult r = run_training(config);
+  nlohmann::json out = {{"steps", r.steps},
+                        {"loss", r.last_loss},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"checkpoint", r.checkpoint}};
+  if (r.val_loss >= 0) out["val_loss"] = r.val_loss;
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+int cmd_eval(const std::string& checkpoint, const std::string& data, int batch, int64_t max_rows,
+             int seq_len) {
+  CheckpointState state;
+  auto model = load_model(checkpoint, &state);
+  int T = seq_len > 0 ? seq_len : state.model.seq_len;
+  ODY_CHECK(T <= state.model.seq_len, "--seq-len {} exceeds the model's context {}", T, state.model.seq_len);
+  TokenDataset dataset(data, T, state.model.vocab_size, false, 0);
+  Timer timer;
+  double loss = evaluate_loss(*model, dataset, max_rows, batch);
+  int64_t rows = max_rows > 0 ? std::min<int64_t>(max_rows, int64_t(dataset.rows_per_epoch()))
+                              : int64_t(dataset.rows_per_epoch());
+  std::cout << nlohmann::json{{"loss", loss},
+                              {"rows", rows},
+                              {"tokens", rows * T},
+                              {"seconds", timer.seconds()}}
+                   .dump()
+            << std::endl;
+  return 0;
+}
+
+int cmd_generate(const std::string& checkpoint, const std::string& prompt, SamplingOptions options,
+                 const std::string& tokenizer_name, const std::string& vocab_dir) {
+  CheckpointState state;
+  auto model = load_model(checkpoint, &state);
+  std::string name = tokenizer_name, dir = vocab_dir;
+  const auto& data = state.run.value("data", nlohmann::json::object());
+  if (name.empty()) name = data.value("tokenizer", std::string("bytes"));
+  if (dir.empty()) dir = data.value("vocab_dir", std::string());
+  auto tokenizer = make_tokenizer(name, dir);
+  ODY_CHECK(tokenizer->vocab_size() <= state.model.vocab_size,
+            "tokenizer '{}' has {} tokens but the model's vocabulary is {}", name, tokenizer->vocab_size(),
+            state.model.vocab_size);
+  options.stop_token = tokenizer->eot_id();
+  std::vector<int> ids = tokenizer->encode(prompt);
+  std::fputs(prompt.c_str(), stdout);
+  Timer timer;
+  auto produced = generate_tokens(*model, ids, options, [&](int id) {
+    if (id < tokenizer->vocab_size()) std::fputs(tokenizer->decode_one(id).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  log_info("{} tokens in {:.2f} s ({:.1f} tokens/s)", produced.size(), timer.seconds(),
+           produced.size() / std::max(1e-9, timer.seconds()));
+  return 0;
+}
+
+int cmd_prepare(PrepareOptions options) {
+  Timer timer;
+  PrepareSummary s = prepare_shards(options);
+  uint64_t tokens = s.train_tokens + s.val_tokens;
+  nlohmann::json out = {{"documents", s.documents},
+                        {"train_documents", s.train_documents},
+                        {"val_documents", s.val_documents},
+                        {"bytes", s.bytes},
+                        {"train_tokens", s.train_tokens},
+                        {"val_tokens", s.val_tokens},
+                        {"bytes_per_token", tokens ? double(s.bytes) / double(tokens) : 0.0},
+                        {"train_files", s.train_files},
+                        {"val_files", s.val_files},
+                        {"seconds", timer.seconds()}};
+  std::cout << out.dump(2) << std::endl;
+  return 0;
+}
+
+int cmd_export(const std::string& checkpoint, const std::string& to, const std::string& output) {
+  ODY_CHECK(to == "hf-gpt2", "--to: unknown format '{}' (hf-gpt2)", to);
+  CheckpointState state;
+  auto model = load_model(checkpoint, &state);
+  export_hf_gpt2(state.model, model->params(), output);
+  log_info("exported {} to {} (model.safetensors, config.json)", resolve_checkpoint(checkpoint), output);
+  return 0;
+}
+
+int cmd_import(const std::string& from, const std::string& input, const std::string& output) {
+  ODY_CHECK(from == "hf-gpt2", "--from: unknown format '{}' (hf-gpt2)", from);
+  ModelConfig config = read_hf_gpt2_config(input);
+  GPT2 model(config);
+  import_hf_gpt2(input, config, model.params());
+  CheckpointState state{config, 0, 0, 0, {{"imported_from", input}}};
+  std::string dir = save_checkpoint(output, state, model.table(), model.params(), nullptr, nullptr);
+  log_info("imported {} into {}", input, dir);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"odyssey: train GPT-style language models on long sequences across many processes"};
+  app.require_subcommand(1);
+
+  std::string config_path;
+  std::vector<std::string> overrides;
+  auto* train = app.add_subcommand("train", "train a model (metrics and checkpoints in checkpoint.dir)");
+  train->add_option("--config", config_path, "TOML config file")->required();
+  train->add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+
+  std::string checkpoint, data_path;
+  int eval_batch = 8, eval_seq_len = 0;
+  int64_t eval_rows = 0;
+  auto* eval = app.add_subcommand("eval", "mean loss of a checkpoint on token shards, as JSON");
+  eval->add_option("--checkpoint", checkpoint, "checkpoint or run directory")->required();
+  eval->add_option("--data", data_path, "token shard file or glob")->required();
+  eval->add_option("--batch", eval_batch, "rows per forward pass")->check(CLI::PositiveNumber);
+  eval->add_option("--max-rows", eval_rows, "evaluate at most this many rows (0: all)");
+  eval->add_option("--seq-len", eval_seq_len, "tokens per row (default: the model's context)");
+
+  std::string prompt, tokenizer_name, vocab_dir;
+  SamplingOptions sampling;
+  auto* gen = app.add_subcommand("generate", "sample text from a checkpoint");
+  gen->add_option("--checkpoint", checkpoint, "checkpoint or run directory")->required();
+  gen->add_option("--prompt", prompt, "text to continue")->required();
+  gen->add_option("--max-tokens", sampling.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
+  gen->add_option("--temperature", sampling.temperature, "softmax temperature (0: greedy)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-k", sampling.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  gen->add_option("--seed", sampling.seed, "sampling seed");
+  gen->add_option("--tokenizer", tokenizer_name, "bytes | gpt2 (default: the one the run trained with)");
+  gen->add_option("--vocab-dir", vocab_dir, "directory with encoder.json and vocab.bpe (gpt2)");
+
+  PrepareOptions prep;
+  auto* prepare = app.add_subcommand("prepare", "tokenize text files into train/val token shards");
+  prepare->add_option("--input", prep.inputs, "text files (each one document)")->required();
+  prepare->add_option("--output", prep.output_dir, "output directory")->required();
+  prepare->add_option("--tokenizer", prep.tokenizer, "bytes | gpt2");
+  prepare->add_option("--vocab-dir", prep.vocab_dir, "directory with encoder.json and vocab.bpe (gpt2)");
+  prepare->add_option("--val-fraction", prep.val_fraction, "share of documents for validation")
+      ->check(CLI::Range(0.0, 1.0));
+  bool quiet = false;
+  prepare->add_flag("--quiet", quiet, "no progress bar");
+
+  std::string to, output;
+  auto* exp = app.add_subcommand("export", "export a checkpoint to another ecosystem's format");
+  exp->add_option("--checkpoint", checkpoint, "checkpoint or run directory")->required();
+  exp->add_option("--to", to, "hf-gpt2")->required();
+  exp->add_option("--output", output, "output directory")->required();
+
+  std::string from, input;
+  auto* imp = app.add_subcommand("import", "import a model from another ecosystem's format");
+  imp->add_option("--from", from, "hf-gpt2")->required();
+  imp->add_option("--input", input, "Hugging Face model directory (config.json, model.safetensors)")
+      ->required();
+  imp->add_option("--output", output, "run directory to write the checkpoint into")->required();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*train) return cmd_train(config_path, overrides);
+    if (*eval) return cmd_eval(checkpoint, data_path, eval_batch, eval_rows, eval_seq_len);
+    if (*gen) return cmd_generate(checkpoint, prompt, sampling, tokenizer_name, vocab_dir);
+    if (*prepare) {
+      prep.progress = !quiet;
+      return cmd_prepare(prep);
+    }
+    if (*exp) return cmd_export(checkpoint, to, output);
+    if (*imp) return cmd_import(from, input, output);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "odyssey: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "odyssey: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

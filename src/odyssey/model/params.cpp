@@ -12,13 +12,16 @@ void ModelConfig::validate() const {
   ODY_CHECK(n_layer > 0, "model.n_layer must be positive, got {}", n_layer);
   ODY_CHECK(n_head > 0, "model.n_head must be positive, got {}", n_head);
   ODY_CHECK(d_model > 0, "model.d_model must be positive, got {}", d_model);
-  ODY_CHECK(d_model % n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", d_model, n_head);
+  ODY_CHECK(d_model % n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", d_model,
+            n_head);
   ODY_CHECK(seq_len > 0, "model.seq_len must be positive, got {}", seq_len);
   ODY_CHECK(vocab_size > 0 && vocab_size <= 65536,
             "model.vocab_size must be in [1, 65536] (tokens are stored as uint16), got {}", vocab_size);
 }
 
-int64_t ModelConfig::num_parameters() const { return ParamTable(*this).total(); }
+int64_t ModelConfig::num_parameters() const {
+  return ParamTable(*this).total();
+}
 
 ParamTable::ParamTable(const ModelConfig& c) {
   const int64_t C = c.d_model, V = c.vocab_size, T = c.seq_len;
@@ -85,7 +88,9 @@ void init_parameters(float* params, const ParamTable& table, const ModelConfig& 
     const ParamInfo& p = table.tensors()[t];
     float* x = params + p.offset;
     switch (p.init) {
-      case ParamInfo::Init::normal: philox_fill_normal(x, size_t(p.numel), 0.0f, std, seed, t); break;
+      case ParamInfo::Init::normal:
+        philox_fill_normal(x, size_t(p.numel), 0.0f, std, seed, t);
+        break;
       case ParamInfo::Init::normal_residual:
         philox_fill_normal(x, size_t(p.numel), 0.0f, residual_std, seed, t);
         break;

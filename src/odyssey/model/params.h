@@ -28,7 +28,7 @@ struct ParamInfo {
   std::vector<int64_t> shape;  // global shape
   int64_t offset = 0;          // into the flat buffer, in elements
   int64_t numel = 0;
-  bool weight_decay = false;   // AdamW decay: matrices and embeddings yes, biases and norms no
+  bool weight_decay = false;  // AdamW decay: matrices and embeddings yes, biases and norms no
   // GPT-2 init: normal(0, 0.02) for matrices and embeddings, residual projections (attn.c_proj,
   // mlp.c_proj) scaled by 1/sqrt(2 n_layer); biases zero; LayerNorm weights one.
   enum class Init { normal, normal_residual, zeros, ones } init = Init::zeros;

@@ -1,0 +1,190 @@
+#include "odyssey/checkpoint/checkpoint.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "odyssey/checkpoint/safetensors.h"
+#include "odyssey/core/error.h"
+#include "odyssey/core/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace odyssey {
+namespace {
+
+std::string step_name(int64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
+
+std::string file_checksum(const std::string& path) {
+  auto bytes = read_binary_file(path);
+  return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
+}
+
+// Tensors of the table over one flat buffer, named prefix + table name.
+std::vector<StTensorRef> tensor_refs(const ParamTable& table, const float* base, const std::string& prefix) {
+  std::vector<StTensorRef> refs;
+  for (const ParamInfo& p : table.tensors())
+    refs.push_back({prefix + p.name, StDtype::F32, p.shape, base + p.offset});
+  return refs;
+}
+
+void read_tensors(const SafetensorsFile& file, const ParamTable& table, float* base,
+                  const std::string& prefix) {
+  for (const ParamInfo& p : table.tensors()) file.read_f32(prefix + p.name, p.shape, base + p.offset);
+}
+
+}  // namespace
+
+nlohmann::json model_config_to_json(const ModelConfig& c) {
+  return {{"arch", c.arch},       {"n_layer", c.n_layer}, {"n_head", c.n_head},
+          {"d_model", c.d_model}, {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}};
+}
+
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
+  ModelConfig c;
+  try {
+    c.arch = j.at("arch").get<std::string>();
+    c.n_layer = j.at("n_layer").get<int>();
+    c.n_head = j.at("n_head").get<int>();
+    c.d_model = j.at("d_model").get<int>();
+    c.seq_len = j.at("seq_len").get<int>();
+    c.vocab_size = j.at("vocab_size").get<int>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: bad model config: {}", source, e.what());
+  }
+  c.validate();
+  return c;
+}
+
+std::string save_checkpoint(const std::string& run_dir, const CheckpointState& state, const ParamTable& table,
+                            const float* params, const float* m, const float* v, int keep) {
+  fs::create_directories(run_dir);
+  const std::string final_dir = run_dir + "/" + step_name(state.step);
+  const std::string tmp_dir = run_dir + "/." + step_name(state.step) + ".tmp";
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+
+  std::vector<std::string> files = {"model.safetensors"};
+  write_safetensors(tmp_dir + "/model.safetensors", tensor_refs(table, params, ""), {{"format", "pt"}});
+  if (m && v) {
+    auto refs = tensor_refs(table, m, "m.");
+    auto vrefs = tensor_refs(table, v, "v.");
+    refs.insert(refs.end(), vrefs.begin(), vrefs.end());
+    write_safetensors(tmp_dir + "/optimizer.safetensors", refs);
+    files.push_back("optimizer.safetensors");
+  }
+  nlohmann::json manifest = {{"format", "odyssey-checkpoint"},
+                             {"format_version", kCheckpointFormatVersion},
+                             {"model", model_config_to_json(state.model)},
+                             {"step", state.step},
+                             {"next_row", state.next_row},
+                             {"seed", state.seed},
+                             {"run", state.run},
+                             {"layout", {{"world_size", 1}}},
+                             {"files", nlohmann::json::object()}};
+  for (const std::string& f : files) {
+    std::string path = tmp_dir + "/" + f;
+    manifest["files"][f] = {{"xxh3_64", file_checksum(path)}, {"bytes", fs::file_size(path)}};
+  }
+  write_text_atomic(tmp_dir + "/manifest.json", manifest.dump(2) + "\n");
+  fsync_dir(tmp_dir);
+
+  // Replace an existing checkpoint of the same step only once the new one is complete.
+  if (fs::exists(final_dir)) {
+    std::string old_dir = run_dir + "/." + step_name(state.step) + ".old";
+    fs::remove_all(old_dir);
+    fs::rename(final_dir, old_dir);
+    fs::rename(tmp_dir, final_dir);
+    fs::remove_all(old_dir);
+  } else {
+    fs::rename(tmp_dir, final_dir);
+  }
+  fsync_dir(run_dir);
+
+  if (keep > 0) {
+    std::vector<std::string> steps;
+    for (const auto& e : fs::directory_iterator(run_dir)) {
+      std::string name = e.path().filename().string();
+      if (e.is_directory() && name.rfind("step_", 0) == 0) steps.push_back(name);
+    }
+    std::sort(steps.begin(), steps.end());
+    for (size_t i = 0; i + size_t(keep) < steps.size(); ++i) fs::remove_all(run_dir + "/" + steps[i]);
+  }
+  return final_dir;
+}
+
+std::string find_latest_checkpoint(const std::string& run_dir) {
+  if (!fs::is_directory(run_dir)) return "";
+  std::string best;
+  for (const auto& e : fs::directory_iterator(run_dir)) {
+    std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
+    if (!fs::exists(e.path() / "manifest.json")) continue;  // not a complete checkpoint
+    if (name > best) best = name;
+  }
+  return best.empty() ? "" : run_dir + "/" + best;
+}
+
+std::string resolve_checkpoint(const std::string& path) {
+  ODY_CHECK(fs::is_directory(path), "checkpoint {}: no such directory", path);
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  std::string latest = find_latest_checkpoint(path);
+  ODY_CHECK(!latest.empty(), "{}: neither a checkpoint (no manifest.json) nor a run directory holding one",
+            path);
+  return latest;
+}
+
+CheckpointState read_checkpoint_manifest(const std::string& dir) {
+  const std::string path = dir + "/manifest.json";
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  CheckpointState state;
+  try {
+    ODY_CHECK(manifest.at("format") == "odyssey-checkpoint", "{}: not an Odyssey checkpoint manifest", path);
+    int version = manifest.at("format_version").get<int>();
+    ODY_CHECK(version <= kCheckpointFormatVersion,
+              "{}: format_version {} is newer than this build reads ({}); upgrade Odyssey", path, version,
+              kCheckpointFormatVersion);
+    state.model = model_config_from_json(manifest.at("model"), path);
+    state.step = manifest.at("step").get<int64_t>();
+    state.next_row = manifest.at("next_row").get<uint64_t>();
+    state.seed = manifest.at("seed").get<uint64_t>();
+    state.run = manifest.value("run", nlohmann::json::object());
+    for (auto& [name, info] : manifest.at("files").items()) {
+      std::string file = dir + "/" + name;
+      ODY_CHECK(fs::exists(file), "{}: file {} listed in the manifest is missing", dir, name);
+      ODY_CHECK(fs::file_size(file) == info.at("bytes").get<uint64_t>(),
+                "{}: size {} differs from the manifest's {}", file, fs::file_size(file),
+                info.at("bytes").get<uint64_t>());
+      ODY_CHECK(file_checksum(file) == info.at("xxh3_64").get<std::string>(),
+                "{}: checksum mismatch (the file is corrupt)", file);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed manifest: {}", path, e.what());
+  }
+  return state;
+}
+
+CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table, float* params, float* m,
+                                float* v) {
+  CheckpointState state = read_checkpoint_manifest(dir);
+  SafetensorsFile model(dir + "/model.safetensors");
+  read_tensors(model, table, params, "");
+  if (m || v) {
+    std::string opt_path = dir + "/optimizer.safetensors";
+    ODY_CHECK(fs::exists(opt_path), "{}: no optimizer state to resume from (weights-only checkpoint)", dir);
+    SafetensorsFile opt(opt_path);
+    read_tensors(opt, table, m, "m.");
+    read_tensors(opt, table, v, "v.");
+  }
+  return state;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,115 @@
+// GPT-2 forward and backward, exactly as Hugging Face's GPT2LMHeadModel: learned positions,
+// pre-LayerNorm (eps 1e-5), tanh GELU, tied input/output embeddings, biases everywhere.
+//
+// The model owns no communication. Two seams let the parallel layer change how it runs:
+//   - AttentionOp: how causal self-attention over the fused qkv runs (local by default; Ulysses or
+//     ring attention replace it);
+//   - LayerHooks: called around each layer's forward and backward (ZeRO-3 gathers parameters before
+//     a layer, data parallelism starts a gradient reduction after a layer's backward).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "odyssey/core/buffer.h"
+#include "odyssey/model/config.h"
+#include "odyssey/model/params.h"
+
+namespace odyssey {
+
+// Causal self-attention over a fused qkv [B, T, 3C] (q, k, v each [B, T, H, D]).
+class AttentionOp {
+ public:
+  virtual ~AttentionOp() = default;
+  // out [B, T, C], lse [B, H, T] (saved for backward).
+  virtual void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) = 0;
+  // Accumulates dqkv [B, T, 3C] from dout [B, T, C].
+  virtual void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
+                        int B, int T, int H, int D) = 0;
+};
+
+// Single-process causal attention: the shared blockwise kernel over the whole sequence.
+class LocalAttention : public AttentionOp {
+ public:
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                int T, int H, int D) override;
+};
+
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_forward(int /*layer*/) {}
+  virtual void before_backward(int /*layer*/) {}
+  virtual void after_backward(int /*layer*/) {}
+};
+
+// Activations of one micro-batch of B rows x T tokens (N = B*T), kept for backward.
+struct Activations {
+  int B = 0, T = 0;
+  FloatBuffer encoded;                               // [N, C]
+  std::vector<FloatBuffer> ln1, ln1_mean, ln1_rstd;  // per layer: [N, C], [N], [N]
+  std::vector<FloatBuffer> qkv, atty, att_lse;       // [N, 3C], [N, C], [B, H, T]
+  std::vector<FloatBuffer> residual2;                // [N, C]  x + attn(x)
+  std::vector<FloatBuffer> ln2, ln2_mean, ln2_rstd;
+  std::vector<FloatBuffer> fch, fch_gelu;  // [N, 4C]
+  std::vector<FloatBuffer> residual3;      // [N, C]  block output
+  FloatBuffer lnf, lnf_mean, lnf_rstd;     // [N, C], [N], [N]
+  FloatBuffer logits;                      // [N, V]; holds dlogits after forward_backward
+  FloatBuffer losses;                      // [N]
+  IntBuffer tokens, targets, positions;    // [N]
+  // Backward scratch, reused by every layer.
+  FloatBuffer dres, dln, datty, dqkv, dfch, dfch_gelu;
+
+  void allocate(const ModelConfig& config, int B, int T);
+  size_t bytes() const;
+};
+
+class GPT2 {
+ public:
+  explicit GPT2(const ModelConfig& config);
+
+  const ModelConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  int64_t num_params() const { return table_.total(); }
+
+  void set_attention(AttentionOp* op) { attention_ = op ? op : &local_attention_; }
+  void set_hooks(LayerHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
+
+  // inputs, targets: [B, T] token ids (target < 0: not counted); positions: [T] global positions of
+  // the T tokens (null: 0..T-1). Returns the sum of the token losses and sets *count to the tokens
+  // counted.
+  double forward(const int* inputs, const int* targets, const int* positions, int B, int T, int64_t* count);
+  // Forward, then backward with each token's loss weighted by dloss (1 / tokens in the optimizer step);
+  // gradients accumulate into grads(). Returns the sum of token losses as forward does.
+  double forward_backward(const int* inputs, const int* targets, const int* positions, int B, int T,
+                          float dloss, int64_t* count);
+  // Logits [B*T, V] of the last forward (valid after forward(), before any backward).
+  const float* logits() const { return acts_.logits.data(); }
+
+  void zero_grads() { grads_.zero(); }
+  const Activations& activations() const { return acts_; }
+
+ private:
+  void run_forward(const int* inputs, const int* targets, const int* positions, int B, int T);
+  void run_backward();
+
+  ModelConfig config_;
+  ParamTable table_;
+  FloatBuffer params_, grads_;
+  Activations acts_;
+  LocalAttention local_attention_;
+  AttentionOp* attention_ = &local_attention_;
+  LayerHooks no_hooks_;
+  LayerHooks* hooks_ = &no_hooks_;
+};
+
+// Model FLOPs per token for a training step (forward + backward) at sequence length T:
+// 6 * (parameters in matmuls) + 6 * n_layer * d_model * T for causal attention (QK^T and PV, the
+// masked half not counted). Used for MFU.
+double training_flops_per_token(const ModelConfig& config, int T);
+
+}  // namespace odyssey

@@ -1,0 +1,226 @@
+#include "odyssey/train/config.h"
+
+#include <toml++/toml.h>
+#include <charconv>
+#include <functional>
+#include <limits>
+#include <map>
+
+#include "odyssey/core/error.h"
+#include "odyssey/core/file_util.h"
+
+namespace odyssey {
+namespace {
+
+// One settable key: how to set it from a TOML node (file) and from text (--set).
+struct Key {
+  std::function<void(RunConfig&, const toml::node&, const std::string&)> from_toml;
+  std::function<void(RunConfig&, const std::string&, const std::string&)> from_text;
+};
+
+template <typename T>
+T parse_number(const std::string& text, const std::string& key) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  ODY_CHECK(ec == std::errc() && ptr == end, "{}: '{}' is not a valid {}", key, text,
+            std::is_floating_point_v<T> ? "number" : "integer");
+  return value;
+}
+
+// Builds a Key for a field reached by `field(config)`.
+template <typename T, typename Get>
+Key make_key(Get field) {
+  Key k;
+  k.from_toml = [field](RunConfig& c, const toml::node& node, const std::string& key) {
+    if constexpr (std::is_same_v<T, bool>) {
+      auto v = node.value<bool>();
+      ODY_CHECK(v && node.is_boolean(), "{}: expected true or false", key);
+      field(c) = *v;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      ODY_CHECK(node.is_string(), "{}: expected a string", key);
+      field(c) = *node.value<std::string>();
+    } else if constexpr (std::is_floating_point_v<T>) {
+      ODY_CHECK(node.is_number(), "{}: expected a number", key);
+      field(c) = T(*node.value<double>());
+    } else {
+      ODY_CHECK(node.is_integer(), "{}: expected an integer", key);
+      int64_t v = *node.value<int64_t>();
+      ODY_CHECK(v >= int64_t(std::numeric_limits<T>::min()) &&
+                    uint64_t(v) <= uint64_t(std::numeric_limits<T>::max()),
+                "{}: {} is out of range", key, v);
+      field(c) = T(v);
+    }
+  };
+  k.from_text = [field](RunConfig& c, const std::string& text, const std::string& key) {
+    if constexpr (std::is_same_v<T, bool>) {
+      ODY_CHECK(text == "true" || text == "false", "{}: expected true or false, got '{}'", key, text);
+      field(c) = text == "true";
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      std::string v = text;
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      field(c) = v;
+    } else {
+      field(c) = parse_number<T>(text, key);
+    }
+  };
+  return k;
+}
+
+#define ODY_KEY(name, type, member)                                      \
+  {                                                                      \
+    name, make_key<type>([](RunConfig& c) -> type& { return c.member; }) \
+  }
+
+const std::map<std::string, Key>& keys() {
+  static const std::map<std::string, Key> table = {
+      ODY_KEY("model.arch", std::string, model.arch),
+      ODY_KEY("model.n_layer", int, model.n_layer),
+      ODY_KEY("model.n_head", int, model.n_head),
+      ODY_KEY("model.d_model", int, model.d_model),
+      ODY_KEY("model.seq_len", int, model.seq_len),
+      ODY_KEY("model.vocab_size", int, model.vocab_size),
+      ODY_KEY("data.train", std::string, data.train),
+      ODY_KEY("data.val", std::string, data.val),
+      ODY_KEY("data.shuffle", bool, data.shuffle),
+      ODY_KEY("data.tokenizer", std::string, data.tokenizer),
+      ODY_KEY("data.vocab_dir", std::string, data.vocab_dir),
+      ODY_KEY("train.steps", int64_t, train.steps),
+      ODY_KEY("train.global_batch", int, train.global_batch),
+      ODY_KEY("train.micro_batch", int, train.micro_batch),
+      ODY_KEY("train.seq_len", int, train.seq_len),
+      ODY_KEY("train.lr", float, train.lr),
+      ODY_KEY("train.min_lr", float, train.min_lr),
+      ODY_KEY("train.warmup_steps", int64_t, train.warmup_steps),
+      ODY_KEY("train.schedule", std::string, train.schedule),
+      ODY_KEY("train.weight_decay", float, train.weight_decay),
+      ODY_KEY("train.beta1", float, train.beta1),
+      ODY_KEY("train.beta2", float, train.beta2),
+      ODY_KEY("train.eps", float, train.eps),
+      ODY_KEY("train.grad_clip", float, train.grad_clip),
+      ODY_KEY("train.seed", uint64_t, train.seed),
+      ODY_KEY("train.precision", std::string, train.precision),
+      ODY_KEY("train.eval_every", int64_t, train.eval_every),
+      ODY_KEY("train.eval_rows", int, train.eval_rows),
+      ODY_KEY("train.threads", int, train.threads),
+      ODY_KEY("train.exit_after", int64_t, train.exit_after),
+      ODY_KEY("parallel.dp", int, parallel.dp),
+      ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses),
+      ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
+      ODY_KEY("parallel.tp", int, parallel.tp),
+      ODY_KEY("parallel.pp", int, parallel.pp),
+      ODY_KEY("parallel.zero_stage", int, parallel.zero_stage),
+      ODY_KEY("parallel.ranks_per_node", int, parallel.ranks_per_node),
+      ODY_KEY("comm.weights", std::string, comm.weights),
+      ODY_KEY("comm.grads", std::string, comm.grads),
+      ODY_KEY("comm.hpz", bool, comm.hpz),
+      ODY_KEY("checkpoint.dir", std::string, checkpoint.dir),
+      ODY_KEY("checkpoint.every", int64_t, checkpoint.every),
+      ODY_KEY("checkpoint.keep", int, checkpoint.keep),
+      ODY_KEY("checkpoint.resume", bool, checkpoint.resume),
+      ODY_KEY("log.metrics", std::string, log.metrics),
+      ODY_KEY("log.every", int64_t, log.every),
+  };
+  return table;
+}
+#undef ODY_KEY
+
+const Key& find_key(const std::string& name, const std::string& source) {
+  auto it = keys().find(name);
+  ODY_CHECK(it != keys().end(), "{}: unknown config key '{}'", source, name);
+  return it->second;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& text, const std::string& source,
+                           const std::vector<std::string>& overrides) {
+  RunConfig config;
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    fail("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description());
+  }
+  for (auto& [section, node] : root) {
+    std::string sname(section.str());
+    ODY_CHECK(node.is_table(), "{}: '{}' must be a section like [{}], not a value", source, sname, sname);
+    for (auto& [key, value] : *node.as_table()) {
+      std::string name = sname + "." + std::string(key.str());
+      find_key(name, source).from_toml(config, value, name);
+    }
+  }
+  for (const std::string& o : overrides) {
+    auto eq = o.find('=');
+    ODY_CHECK(eq != std::string::npos && eq > 0, "--set {}: expected section.key=value", o);
+    std::string name = o.substr(0, eq);
+    find_key(name, "--set").from_text(config, o.substr(eq + 1), name);
+  }
+  return config;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_run_config(read_text_file(path), path, overrides);
+}
+
+void RunConfig::validate(int world_size) const {
+  model.validate();
+  const TrainConfig& t = train;
+  ODY_CHECK(t.steps >= 0, "train.steps must be >= 0, got {}", t.steps);
+  ODY_CHECK(t.global_batch > 0, "train.global_batch must be positive, got {}", t.global_batch);
+  ODY_CHECK(t.micro_batch > 0, "train.micro_batch must be positive, got {}", t.micro_batch);
+  ODY_CHECK(t.seq_len >= 0, "train.seq_len must be >= 0 (0 = model.seq_len), got {}", t.seq_len);
+  ODY_CHECK(seq_len() <= model.seq_len, "train.seq_len ({}) exceeds the model's context model.seq_len ({})",
+            seq_len(), model.seq_len);
+  ODY_CHECK(t.lr > 0, "train.lr must be positive, got {}", t.lr);
+  ODY_CHECK(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr ({}) must be in [0, train.lr={}]", t.min_lr,
+            t.lr);
+  ODY_CHECK(t.warmup_steps >= 0, "train.warmup_steps must be >= 0, got {}", t.warmup_steps);
+  ODY_CHECK(t.schedule == "cosine" || t.schedule == "constant",
+            "train.schedule: unknown schedule '{}' (cosine, constant)", t.schedule);
+  ODY_CHECK(t.beta1 >= 0 && t.beta1 < 1, "train.beta1 must be in [0, 1), got {}", t.beta1);
+  ODY_CHECK(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1), got {}", t.beta2);
+  ODY_CHECK(t.eps > 0, "train.eps must be positive, got {}", t.eps);
+  ODY_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0, got {}", t.weight_decay);
+  ODY_CHECK(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables), got {}", t.grad_clip);
+  ODY_CHECK(t.precision == "fp32", "train.precision: '{}' is not supported yet (fp32)", t.precision);
+  ODY_CHECK(t.eval_every >= 0, "train.eval_every must be >= 0, got {}", t.eval_every);
+  ODY_CHECK(t.eval_rows >= 0, "train.eval_rows must be >= 0, got {}", t.eval_rows);
+  ODY_CHECK(t.exit_after >= 0, "train.exit_after must be >= 0, got {}", t.exit_after);
+  ODY_CHECK(t.threads >= 0, "train.threads must be >= 0, got {}", t.threads);
+  ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
+  ODY_CHECK(data.tokenizer == "bytes" || data.tokenizer == "gpt2",
+            "data.tokenizer: unknown tokenizer '{}' (bytes, gpt2)", data.tokenizer);
+
+  const ParallelConfig& p = parallel;
+  for (auto [name, v] : {std::pair{"parallel.sp_ulysses", p.sp_ulysses},
+                         {"parallel.sp_ring", p.sp_ring},
+                         {"parallel.tp", p.tp},
+                         {"parallel.pp", p.pp}})
+    ODY_CHECK(v >= 1, "{} must be >= 1, got {}", name, v);
+  ODY_CHECK(p.dp >= 0, "parallel.dp must be >= 1 (or 0 to derive it), got {}", p.dp);
+  int non_dp = p.sp_ulysses * p.sp_ring * p.tp * p.pp;
+  int dp = p.dp > 0 ? p.dp : world_size / non_dp;
+  ODY_CHECK(dp >= 1 && dp * non_dp == world_size,
+            "parallel.dp ({}) x parallel.sp_ulysses ({}) x parallel.sp_ring ({}) x parallel.tp ({}) x "
+            "parallel.pp ({}) "
+            "must equal the world size ({})",
+            p.dp, p.sp_ulysses, p.sp_ring, p.tp, p.pp, world_size);
+  ODY_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
+            p.zero_stage);
+  ODY_CHECK(non_dp == 1,
+            "parallel.sp_ulysses/sp_ring/tp/pp: only data parallelism is available in this build");
+  ODY_CHECK(p.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0, got {}", p.ranks_per_node);
+  ODY_CHECK(t.global_batch % (t.micro_batch * dp) == 0,
+            "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x parallel.dp ({})",
+            t.global_batch, t.micro_batch, dp);
+  ODY_CHECK(comm.weights == "none", "comm.weights: '{}' is not available in this build (none)", comm.weights);
+  ODY_CHECK(comm.grads == "none", "comm.grads: '{}' is not available in this build (none)", comm.grads);
+  ODY_CHECK(!comm.hpz, "comm.hpz: hierarchical partitioning is not available in this build");
+  ODY_CHECK(!checkpoint.dir.empty(), "checkpoint.dir must not be empty");
+  ODY_CHECK(checkpoint.every >= 0, "checkpoint.every must be >= 0, got {}", checkpoint.every);
+  ODY_CHECK(checkpoint.keep >= 0, "checkpoint.keep must be >= 0, got {}", checkpoint.keep);
+  ODY_CHECK(log.every >= 1, "log.every must be >= 1, got {}", log.every);
+}
+
+}  // namespace odyssey

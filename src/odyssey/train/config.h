@@ -1,0 +1,87 @@
+// The run configuration: TOML sections [model] [data] [train] [parallel] [comm] [checkpoint] [log],
+// each key overridable with --set section.key=value. Unknown keys, wrong types and impossible values
+// are errors that name the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odyssey/model/config.h"
+
+namespace odyssey {
+
+struct DataConfig {
+  std::string train;  // token shard file or glob
+  std::string val;    // optional
+  bool shuffle = false;
+  std::string tokenizer = "bytes";  // how to decode samples: bytes | gpt2
+  std::string vocab_dir;            // encoder.json + vocab.bpe for gpt2
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int global_batch = 8;  // rows per optimizer step, independent of the layout
+  int micro_batch = 8;   // rows per data-parallel rank per micro-step
+  int seq_len = 0;       // tokens per row; 0 = model.seq_len
+  float lr = 6e-4f, min_lr = 6e-5f;
+  int64_t warmup_steps = 0;
+  std::string schedule = "cosine";
+  float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_clip = 1.0f;
+  uint64_t seed = 1337;
+  std::string precision = "fp32";
+  int64_t eval_every = 0;  // validation loss every N steps (0: only at the end)
+  int eval_rows = 32;      // rows of the val data per evaluation (0: all)
+  int threads = 0;         // OpenMP threads (0: all cores)
+  int64_t exit_after = 0;  // stop after this many steps of this invocation, with a checkpoint (0: never)
+};
+
+struct ParallelConfig {
+  int dp = 0;  // 0: derived from the world size
+  int sp_ulysses = 1, sp_ring = 1, tp = 1, pp = 1;
+  int zero_stage = 0;
+  int ranks_per_node = 0;  // 0: as MPI reports
+};
+
+struct CommConfig {
+  std::string weights = "none";
+  std::string grads = "none";
+  bool hpz = false;
+};
+
+struct CheckpointConfig {
+  std::string dir = "runs/default";  // the run directory: checkpoints step_XXXXXXXX/ and metrics
+  int64_t every = 0;                 // 0: only at the end
+  int keep = 0;                      // newest checkpoints kept (0: all)
+  bool resume = false;
+};
+
+struct LogConfig {
+  std::string metrics;  // default <checkpoint.dir>/metrics.jsonl
+  int64_t every = 1;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  ParallelConfig parallel;
+  CommConfig comm;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  int seq_len() const { return train.seq_len > 0 ? train.seq_len : model.seq_len; }
+  std::string metrics_path() const {
+    return log.metrics.empty() ? checkpoint.dir + "/metrics.jsonl" : log.metrics;
+  }
+  // Checks values and their combinations for a run on world_size ranks; fails naming the keys.
+  void validate(int world_size) const;
+};
+
+// Parses the TOML file, then applies the overrides ("section.key=value").
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same from TOML text (source names the origin in error messages).
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
+                           const std::vector<std::string>& overrides);
+
+}  // namespace odyssey

@@ -1,0 +1,32 @@
+// The training loop: data -> micro-batches -> forward/backward -> clip -> AdamW -> metrics and
+// checkpoints. Global batch semantics are layout-independent (DESIGN.md): optimizer step s consumes
+// rows [s*global_batch, (s+1)*global_batch) of the run, whatever the parallel layout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "odyssey/data/dataset.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/train/config.h"
+
+namespace odyssey {
+
+struct TrainResult {
+  int64_t steps = 0;        // optimizer steps completed (including resumed ones)
+  double last_loss = 0;     // training loss of the last step
+  double val_loss = -1;     // final validation loss (-1: no val data)
+  double tokens_per_s = 0;  // mean over the steps of this invocation
+  std::string checkpoint;   // the final checkpoint written
+};
+
+TrainResult run_training(const RunConfig& config);
+
+// Mean token loss over the first max_rows rows of data (all when max_rows <= 0), micro_batch rows at
+// a time.
+double evaluate_loss(GPT2& model, const TokenDataset& data, int64_t max_rows, int micro_batch);
+
+// Sets OpenMP threads (0: leave the default).
+void set_threads(int threads);
+
+}  // namespace odyssey
