@@ -11,4 +11,8 @@ namespace odyssey {
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool trans_a,
           bool trans_b, bool accumulate);
 
+// Achieved GFLOP/s of square fp32 GEMMs (n x n x n through gemm()), timed for about `seconds` after
+// one warm-up call. The trainer divides by it to report MFU.
+double measure_gemm_gflops(int n = 1024, double seconds = 0.3);
+
 }  // namespace odyssey

@@ -1,0 +1,137 @@
+// Kernel throughput on GPT-2 124M shapes, printed as one JSON object on stdout:
+//   gemm: GFLOP/s of every linear layer's forward and two backward GEMMs at M = 1024 rows;
+//   layernorm, gelu, cross-entropy: GB/s counting the minimum traffic (each input read once, each
+//   output written once), so cache-resident re-reads inside a kernel do not inflate the figure.
+// Usage: bench_kernels [seconds per measurement, default 0.5]. Threads follow OMP_NUM_THREADS.
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "odyssey/core/timer.h"
+#include "odyssey/kernels/cross_entropy.h"
+#include "odyssey/kernels/gelu.h"
+#include "odyssey/kernels/gemm.h"
+#include "odyssey/kernels/layernorm.h"
+
+using namespace odyssey;
+
+namespace {
+
+double g_seconds = 0.5;
+
+// Mean seconds per call, after one untimed warm-up call (primitive creation, page faults).
+template <typename F>
+double time_per_call(F&& f) {
+  f();
+  Timer timer;
+  int calls = 0;
+  do {
+    f();
+    ++calls;
+  } while (timer.seconds() < g_seconds || calls < 3);
+  return timer.seconds() / calls;
+}
+
+std::vector<float> filled(size_t n, float value) {
+  return std::vector<float>(n, value);
+}
+
+// One linear layer of width (N out, K in) at M rows: out = in W^T, dinp = dout W, dW = dout^T in.
+void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K) {
+  auto in = filled(static_cast<size_t>(M) * K, 0.01f), w = filled(static_cast<size_t>(N) * K, 0.01f);
+  auto out = filled(static_cast<size_t>(M) * N, 0.0f), bias = filled(N, 0.0f);
+  auto dinp = filled(static_cast<size_t>(M) * K, 0.0f), dw = filled(static_cast<size_t>(N) * K, 0.0f);
+  const double flops = 2.0 * M * N * static_cast<double>(K);
+  struct Form {
+    const char* name;
+    double seconds;
+    int m, n, k;
+    bool ta, tb;
+  };
+  Form forms[] = {
+      {"forward", time_per_call([&] {
+         gemm(out.data(), in.data(), w.data(), bias.data(), M, N, K, false, true, false);
+       }),
+       M, N, K, false, true},
+      {"backward_input",
+       time_per_call([&] { gemm(dinp.data(), out.data(), w.data(), nullptr, M, K, N, false, false, true); }),
+       M, K, N, false, false},
+      {"backward_weight",
+       time_per_call([&] { gemm(dw.data(), out.data(), in.data(), nullptr, N, K, M, true, false, true); }), N,
+       K, M, true, false},
+  };
+  for (const auto& f : forms)
+    rows.push_back(fmt::format(
+        R"({{"layer": "{}x{}", "form": "{}", "M": {}, "N": {}, "K": {}, "trans_a": {}, "trans_b": {}, "ms": {:.3f}, "gflops": {:.1f}}})",
+        N, K, f.name, f.m, f.n, f.k, f.ta, f.tb, f.seconds * 1e3, flops / f.seconds / 1e9));
+}
+
+double gbps(double bytes, double seconds) {
+  return bytes / seconds / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) g_seconds = std::atof(argv[1]);
+  std::vector<std::string> gemm_rows;
+  const int M = 1024, C = 768;
+  for (auto [N, K] : {std::pair{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {50257, 768}})
+    bench_linear_gemms(gemm_rows, M, N, K);
+  const double square = measure_gemm_gflops(1024, g_seconds);
+
+  // LayerNorm and GELU at B = 8, T = 1024 rows, so the arrays exceed the caches.
+  const int rows = 8 * 1024;
+  const size_t nc = static_cast<size_t>(rows) * C;
+  auto x = filled(nc, 0.5f), y = filled(nc, 0.0f), dx = filled(nc, 0.0f), dy = filled(nc, 0.01f);
+  auto w = filled(C, 1.0f), b = filled(C, 0.0f), dw = filled(C, 0.0f), db = filled(C, 0.0f);
+  auto mean = filled(rows, 0.0f), rstd = filled(rows, 0.0f);
+  for (size_t i = 0; i < nc; ++i) x[i] = static_cast<float>(i % 97) * 0.01f;
+  const double ln_fwd = time_per_call(
+      [&] { layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C); });
+  const double ln_bwd = time_per_call([&] {
+    layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(),
+                       rstd.data(), rows, C);
+  });
+
+  const size_t ng = nc * 4;  // the MLP's hidden activation [B*T, 4C]
+  auto gx = filled(ng, 0.3f), gy = filled(ng, 0.0f), gdx = filled(ng, 0.0f), gdy = filled(ng, 0.01f);
+  const double gelu_fwd = time_per_call([&] { gelu_forward(gy.data(), gx.data(), ng); });
+  const double gelu_bwd = time_per_call([&] { gelu_backward(gdx.data(), gx.data(), gdy.data(), ng); });
+
+  // Cross-entropy over GPT-2's vocabulary, M = 1024 rows. The fused call overwrites its input with
+  // gradients; later calls run on those (still finite) values, which costs the same.
+  const int V = 50257;
+  const size_t nv = static_cast<size_t>(M) * V;
+  auto logits = filled(nv, 0.0f), losses = filled(M, 0.0f);
+  for (size_t i = 0; i < nv; ++i) logits[i] = static_cast<float>(i % 1009) * 0.01f;
+  std::vector<int> targets(M);
+  for (int i = 0; i < M; ++i) targets[i] = (i * 7919) % V;
+  const double ce_fwd =
+      time_per_call([&] { cross_entropy_forward(losses.data(), logits.data(), targets.data(), M, V); });
+  const double ce_fb = time_per_call(
+      [&] { cross_entropy_forward_backward(logits.data(), losses.data(), targets.data(), M, V, 1.0f / M); });
+
+  fmt::print("{{\n  \"threads\": {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": [\n",
+             omp_get_max_threads(), square);
+  for (size_t i = 0; i < gemm_rows.size(); ++i)
+    fmt::print("    {}{}\n", gemm_rows[i], i + 1 < gemm_rows.size() ? "," : "");
+  fmt::print("  ],\n");
+  auto line = [](const char* name, const char* shape, double seconds, double bytes, bool last = false) {
+    fmt::print(R"(  "{}": {{"shape": "{}", "ms": {:.3f}, "gbps": {:.1f}}}{})"
+               "\n",
+               name, shape, seconds * 1e3, gbps(bytes, seconds), last ? "" : ",");
+  };
+  line("layernorm_forward", "8192x768", ln_fwd, 4.0 * (2.0 * nc + 2.0 * rows));  // x in, out + mean/rstd out
+  line("layernorm_backward", "8192x768", ln_bwd,
+       4.0 * (4.0 * nc + 2.0 * rows));  // dout, x, dinp in; dinp out
+  line("gelu_forward", "8192x3072", gelu_fwd, 4.0 * 2.0 * ng);
+  line("gelu_backward", "8192x3072", gelu_bwd, 4.0 * 4.0 * ng);  // inp, dout, dinp in; dinp out
+  line("cross_entropy_forward", "1024x50257", ce_fwd, 4.0 * nv);
+  line("cross_entropy_forward_backward", "1024x50257", ce_fb, 4.0 * 2.0 * nv, true);  // logits in, grads out
+  fmt::print("}}\n");
+  return 0;
+}

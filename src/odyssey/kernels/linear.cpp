@@ -1,0 +1,49 @@
+// Linear layer on top of gemm(): the weight [OC, C] is the transposed right operand in forward, the
+// plain one for dinp, and dweight takes dout transposed, so no operand is ever copied.
+#include "odyssey/kernels/linear.h"
+
+#include <algorithm>
+
+#include "odyssey/kernels/gemm.h"
+
+namespace odyssey {
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                    int OC) {
+  // out [N, OC] = inp [N, C] @ weight^T [C, OC] + bias
+  gemm(out, inp, weight, bias, N, OC, C, false, true, false);
+}
+
+namespace {
+
+// dbias [OC] += column sums of dout [N, OC]. Threads own blocks of columns and walk all rows, so each
+// sum has one fixed order (deterministic, no atomics); the block is a row of independent lanes.
+void column_sum_accumulate(float* dbias, const float* dout, int N, int OC) {
+  constexpr int kBlock = 64;
+  const int blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int o0 = blk * kBlock;
+    const int width = std::min(kBlock, OC - o0);
+    double acc[kBlock] = {};  // double: a sum over every token of the step
+    for (int n = 0; n < N; ++n) {
+      const float* row = dout + static_cast<size_t>(n) * OC + o0;
+#pragma omp simd
+      for (int j = 0; j < width; ++j) acc[j] += row[j];
+    }
+    for (int j = 0; j < width; ++j) dbias[o0 + j] += static_cast<float>(acc[j]);
+  }
+}
+
+}  // namespace
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
+  // dinp [N, C] += dout [N, OC] @ weight [OC, C]
+  if (dinp) gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, true);
+  // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]
+  gemm(dweight, dout, inp, nullptr, OC, C, N, true, false, true);
+  if (dbias) column_sum_accumulate(dbias, dout, N, OC);
+}
+
+}  // namespace odyssey

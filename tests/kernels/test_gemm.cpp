@@ -1,0 +1,111 @@
+// gemm() against a double-precision reference, for every transpose / accumulate / bias combination
+// on odd, non-square shapes. Tolerance per element: 2 (K + 2) FLT_EPSILON * (sum_k |a_ik b_kj| +
+// |bias_j| + |C0_ij|), the standard worst-case bound for a float dot product of length K (+2 adds).
+#include "odyssey/kernels/gemm.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cfloat>
+#include <tuple>
+
+#include "odyssey/core/error.h"
+#include "reference.h"
+
+using namespace odyssey;
+using namespace odyssey::test;
+
+namespace {
+
+struct Case {
+  int M, N, K;
+  bool trans_a, trans_b, accumulate, bias;
+};
+
+void check_gemm(const Case& p, uint32_t seed) {
+  const auto [M, N, K, ta, tb, acc, has_bias] = p;
+  auto A = random_floats(static_cast<size_t>(M) * K, seed);
+  auto B = random_floats(static_cast<size_t>(K) * N, seed + 1);
+  auto bias = random_floats(N, seed + 2);
+  auto C = random_floats(static_cast<size_t>(M) * N, seed + 3);  // the accumulate base; garbage otherwise
+  const auto C0 = C;
+
+  gemm(C.data(), A.data(), B.data(), has_bias ? bias.data() : nullptr, M, N, K, ta, tb, acc);
+
+  std::vector<double> ref(C.size()), tol(C.size());
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int k = 0; k < K; ++k) {
+        const double a = ta ? A[static_cast<size_t>(k) * M + i] : A[static_cast<size_t>(i) * K + k];
+        const double b = tb ? B[static_cast<size_t>(j) * K + k] : B[static_cast<size_t>(k) * N + j];
+        sum += a * b;
+        abs_sum += std::abs(a * b);
+      }
+      const size_t ij = static_cast<size_t>(i) * N + j;
+      if (has_bias) sum += bias[j], abs_sum += std::abs(bias[j]);
+      if (acc) sum += C0[ij], abs_sum += std::abs(C0[ij]);
+      ref[ij] = sum;
+      tol[ij] = 2.0 * (K + 2) * FLT_EPSILON * abs_sum + 1e-30;
+    }
+  }
+  int failures = 0;
+  for (size_t ij = 0; ij < C.size() && failures < 5; ++ij) {
+    if (!(std::abs(C[ij] - ref[ij]) <= tol[ij])) {
+      ++failures;
+      ADD_FAILURE() << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb << " acc=" << acc
+                    << " bias=" << has_bias << " at " << ij << ": got " << C[ij] << " expected " << ref[ij];
+    }
+  }
+}
+
+class GemmCombos : public ::testing::TestWithParam<std::tuple<bool, bool, bool, bool>> {};
+
+TEST_P(GemmCombos, MatchesDoubleReferenceOnOddShapes) {
+  const auto [ta, tb, acc, bias] = GetParam();
+  uint32_t seed = 1;
+  for (auto [M, N, K] : {std::tuple{37, 53, 29}, {53, 29, 37}, {1, 67, 40}, {111, 1, 5}, {1, 1, 1}})
+    check_gemm({M, N, K, ta, tb, acc, bias}, seed += 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmCombos,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool()));
+
+// Shapes large enough that oneDNN blocks over K and threads over M/N.
+TEST(Gemm, LargerShapes) {
+  check_gemm({130, 257, 300, false, true, true, true}, 100);
+  check_gemm({257, 130, 300, true, false, true, false}, 200);
+}
+
+// A cached primitive is reused with new pointers and data, and a change of thread count is honoured.
+TEST(Gemm, CacheReuseAndThreadCount) {
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 1}) {
+    omp_set_num_threads(threads);
+    check_gemm({37, 53, 29, false, true, false, true}, 300 + threads);
+  }
+  omp_set_num_threads(saved);
+}
+
+// K = 0 is an empty product: C = bias (+ C).
+TEST(Gemm, EmptyReduction) {
+  std::vector<float> C{1, 2, 3, 4, 5, 6}, bias{10, 20, 30};
+  gemm(C.data(), nullptr, nullptr, bias.data(), 2, 3, 0, false, false, true);
+  EXPECT_EQ(C, (std::vector<float>{11, 22, 33, 14, 25, 36}));
+  gemm(C.data(), nullptr, nullptr, nullptr, 2, 3, 0, false, false, false);
+  EXPECT_EQ(C, (std::vector<float>(6, 0.0f)));
+}
+
+TEST(Gemm, RejectsNegativeSizes) {
+  float c = 0;
+  EXPECT_THROW(gemm(&c, &c, &c, nullptr, -1, 1, 1, false, false, false), Error);
+}
+
+TEST(Gemm, MeasuresPositiveThroughput) {
+  const double gflops = measure_gemm_gflops(64, 0.01);
+  EXPECT_GT(gflops, 0.0);
+  EXPECT_TRUE(std::isfinite(gflops));
+}
+
+}  // namespace
