@@ -22,7 +22,7 @@ template <typename... Args>
 }  // namespace odyssey
 
 // ODY_CHECK(cond, "format", args...): throw odyssey::Error with the message when cond is false.
-#define ODY_CHECK(cond, ...)                     \
-  do {                                           \
-    if (!(cond)) ::odyssey::fail(__VA_ARGS__);   \
+#define ODY_CHECK(cond, ...)                   \
+  do {                                         \
+    if (!(cond)) ::odyssey::fail(__VA_ARGS__); \
   } while (0)

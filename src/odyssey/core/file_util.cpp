@@ -48,13 +48,13 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 
 std::vector<uint8_t> read_binary_file(const std::string& path) {
+  // Read in chunks rather than seeking to the end, so pipes and /dev/fd paths work too.
   std::ifstream in(path, std::ios::binary);
   ODY_CHECK(in, "cannot open {}: {}", path, std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::vector<uint8_t> bytes(size_t(in.tellg()));
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(bytes.data()), std::streamsize(bytes.size()));
-  ODY_CHECK(in, "cannot read {}", path);
+  std::vector<uint8_t> bytes;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) bytes.insert(bytes.end(), chunk, chunk + in.gcount());
+  ODY_CHECK(in.eof(), "cannot read {}", path);
   return bytes;
 }
 

@@ -18,8 +18,9 @@ std::array<uint32_t, 4> philox4x32(std::array<uint32_t, 4> c, std::array<uint32_
 }
 
 static std::array<uint32_t, 4> block(uint64_t seed, uint64_t stream, uint64_t block_index) {
-  return philox4x32({uint32_t(block_index), uint32_t(block_index >> 32), uint32_t(stream), uint32_t(stream >> 32)},
-                    {uint32_t(seed), uint32_t(seed >> 32)});
+  return philox4x32(
+      {uint32_t(block_index), uint32_t(block_index >> 32), uint32_t(stream), uint32_t(stream >> 32)},
+      {uint32_t(seed), uint32_t(seed >> 32)});
 }
 
 float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {

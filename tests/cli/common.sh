@@ -1,0 +1,45 @@
+# Helpers for command-line tests. Usage: source common.sh "$@"  (args: odyssey binary, repo root)
+set -u
+ODYSSEY="$1"
+ROOT="$2"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# expect_error NAME PATTERN CMD...: CMD must exit non-zero and print PATTERN (grep -E) on stderr.
+expect_error() {
+  local name="$1" pattern="$2"
+  shift 2
+  local out rc
+  out=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    fail "$name: exit code 0, expected an error"
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    fail "$name: error message does not match /$pattern/: $out"
+  elif grep -qiE "terminate|Segmentation|Aborted|core dumped" <<<"$out"; then
+    fail "$name: crashed: $out"
+  else
+    echo "ok: $name -> $(head -c 200 <<<"$out" | head -n 1)"
+  fi
+}
+
+# make_shards DIR: a small byte-level train/val split from generated text.
+make_shards() {
+  local dir="$1"
+  mkdir -p "$dir/text"
+  for i in 1 2 3 4 5 6 7 8; do
+    for j in $(seq 1 60); do echo "Document $i line $j: the quick brown fox jumps over the lazy dog."; done >"$dir/text/doc$i.txt"
+  done
+  "$ODYSSEY" prepare --input "$dir"/text/*.txt --output "$dir/shards" --tokenizer bytes --val-fraction 0.25 --quiet >/dev/null
+}
+
+finish() {
+  if [ $failures -ne 0 ]; then
+    echo "$failures check(s) failed"
+    exit 1
+  fi
+  echo "all checks passed"
+}
