@@ -97,10 +97,20 @@ size_t Activations::bytes() const {
 
 // --- the model -----------------------------------------------------------------------------------
 
-GPT2::GPT2(const ModelConfig& config) : config_(config), table_(config) {
+GPT2::GPT2(const ModelConfig& config, bool allocate_storage) : config_(config), table_(config) {
   config_.validate();
+  unit_params_.assign(size_t(table_.num_units()), nullptr);
+  unit_grads_.assign(size_t(table_.num_units()), nullptr);
+  if (!allocate_storage) return;
   params_.resize(size_t(table_.total()));
   grads_.resize(size_t(table_.total()));
+  for (int u = 0; u < table_.num_units(); ++u)
+    set_unit_storage(u, params_.data() + table_.unit_begin(u), grads_.data() + table_.unit_begin(u));
+}
+
+void GPT2::set_unit_storage(int unit, float* params, float* grads) {
+  unit_params_[size_t(unit)] = params;
+  unit_grads_[size_t(unit)] = grads;
 }
 
 void GPT2::run_forward(const int* inputs, const int* targets, const int* positions, int B, int T) {
@@ -120,34 +130,40 @@ void GPT2::run_forward(const int* inputs, const int* targets, const int* positio
     a.positions[size_t(i)] = pos;
     a.targets[size_t(i)] = targets ? targets[i] : -1;
   }
-  const float* p = params_.data();
-  embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), p + table_.wte().offset,
-                    p + table_.wpe().offset, N, C);
+  auto w = [this](const ParamInfo* t) { return param(*t); };
+  hooks_->before_forward(0);
+  embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(&table_.wte()), w(&table_.wpe()),
+                    N, C);
+  hooks_->after_forward(0);
   for (int l = 0; l < c.n_layer; ++l) {
-    hooks_->before_forward(l);
+    hooks_->before_forward(ParamTable::layer_unit(l));
     const LayerParams& lp = table_.layer(l);
     const float* x = l == 0 ? a.encoded.data() : a.residual3[size_t(l) - 1].data();
     size_t L = size_t(l);
-    layernorm_forward(a.ln1[L].data(), a.ln1_mean[L].data(), a.ln1_rstd[L].data(), x, p + lp.ln1_w->offset,
-                      p + lp.ln1_b->offset, N, C);
-    linear_forward(a.qkv[L].data(), a.ln1[L].data(), p + lp.qkv_w->offset, p + lp.qkv_b->offset, N, C, 3 * C);
+    layernorm_forward(a.ln1[L].data(), a.ln1_mean[L].data(), a.ln1_rstd[L].data(), x, w(lp.ln1_w),
+                      w(lp.ln1_b), N, C);
+    linear_forward(a.qkv[L].data(), a.ln1[L].data(), w(lp.qkv_w), w(lp.qkv_b), N, C, 3 * C);
     attention_->forward(a.atty[L].data(), a.att_lse[L].data(), a.qkv[L].data(), B, T, H, D);
     // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
-    linear_forward(a.residual2[L].data(), a.atty[L].data(), p + lp.attn_proj_w->offset,
-                   p + lp.attn_proj_b->offset, N, C, C);
+    linear_forward(a.residual2[L].data(), a.atty[L].data(), w(lp.attn_proj_w), w(lp.attn_proj_b), N, C, C);
     accumulate(a.residual2[L].data(), x, size_t(N) * C);
     layernorm_forward(a.ln2[L].data(), a.ln2_mean[L].data(), a.ln2_rstd[L].data(), a.residual2[L].data(),
-                      p + lp.ln2_w->offset, p + lp.ln2_b->offset, N, C);
-    linear_forward(a.fch[L].data(), a.ln2[L].data(), p + lp.fc_w->offset, p + lp.fc_b->offset, N, C, 4 * C);
+                      w(lp.ln2_w), w(lp.ln2_b), N, C);
+    linear_forward(a.fch[L].data(), a.ln2[L].data(), w(lp.fc_w), w(lp.fc_b), N, C, 4 * C);
     gelu_forward(a.fch_gelu[L].data(), a.fch[L].data(), size_t(N) * 4 * C);
-    linear_forward(a.residual3[L].data(), a.fch_gelu[L].data(), p + lp.fc_proj_w->offset,
-                   p + lp.fc_proj_b->offset, N, 4 * C, C);
+    linear_forward(a.residual3[L].data(), a.fch_gelu[L].data(), w(lp.fc_proj_w), w(lp.fc_proj_b), N, 4 * C,
+                   C);
     accumulate(a.residual3[L].data(), a.residual2[L].data(), size_t(N) * C);
+    hooks_->after_forward(ParamTable::layer_unit(l));
   }
+  hooks_->before_forward(table_.final_unit());
   layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.residual3.back().data(),
-                    p + table_.lnf_w().offset, p + table_.lnf_b().offset, N, C);
+                    w(&table_.lnf_w()), w(&table_.lnf_b()), N, C);
+  hooks_->after_forward(table_.final_unit());
   // Tied LM head: logits = lnf wte^T.
-  linear_forward(a.logits.data(), a.lnf.data(), p + table_.wte().offset, nullptr, N, C, V);
+  hooks_->before_forward(0);
+  linear_forward(a.logits.data(), a.lnf.data(), w(&table_.wte()), nullptr, N, C, V);
+  hooks_->after_forward(0);
 }
 
 static double sum_losses(const Activations& a, int N, int64_t* count) {
@@ -183,51 +199,54 @@ void GPT2::run_backward() {
   const ModelConfig& c = config_;
   Activations& a = acts_;
   const int B = a.B, T = a.T, N = B * T, C = c.d_model, H = c.n_head, D = c.head_dim(), V = c.vocab_size;
-  const float* p = params_.data();
-  float* g = grads_.data();
+  auto w = [this](const ParamInfo* t) { return param(*t); };
+  auto d = [this](const ParamInfo* t) { return grad(*t); };
 
   // LM head (tied): dlnf = dlogits wte; dwte += dlogits^T lnf.
+  hooks_->before_backward(0);
   a.dln.zero();
-  linear_backward(a.dln.data(), g + table_.wte().offset, nullptr, a.logits.data(), a.lnf.data(),
-                  p + table_.wte().offset, N, C, V);
+  linear_backward(a.dln.data(), d(&table_.wte()), nullptr, a.logits.data(), a.lnf.data(), w(&table_.wte()), N,
+                  C, V);
+  hooks_->before_backward(table_.final_unit());
   a.dres.zero();
-  layernorm_backward(a.dres.data(), g + table_.lnf_w().offset, g + table_.lnf_b().offset, a.dln.data(),
-                     a.residual3.back().data(), p + table_.lnf_w().offset, a.lnf_mean.data(),
-                     a.lnf_rstd.data(), N, C);
+  layernorm_backward(a.dres.data(), d(&table_.lnf_w()), d(&table_.lnf_b()), a.dln.data(),
+                     a.residual3.back().data(), w(&table_.lnf_w()), a.lnf_mean.data(), a.lnf_rstd.data(), N,
+                     C);
+  hooks_->after_backward(table_.final_unit());
   // dres carries d(residual stream) down through the layers.
   for (int l = c.n_layer - 1; l >= 0; --l) {
-    hooks_->before_backward(l);
+    hooks_->before_backward(ParamTable::layer_unit(l));
     const LayerParams& lp = table_.layer(l);
     size_t L = size_t(l);
     const float* x = l == 0 ? a.encoded.data() : a.residual3[L - 1].data();
     // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))).
     a.dfch_gelu.zero();
-    linear_backward(a.dfch_gelu.data(), g + lp.fc_proj_w->offset, g + lp.fc_proj_b->offset, a.dres.data(),
-                    a.fch_gelu[L].data(), p + lp.fc_proj_w->offset, N, 4 * C, C);
+    linear_backward(a.dfch_gelu.data(), d(lp.fc_proj_w), d(lp.fc_proj_b), a.dres.data(), a.fch_gelu[L].data(),
+                    w(lp.fc_proj_w), N, 4 * C, C);
     a.dfch.zero();
     gelu_backward(a.dfch.data(), a.fch[L].data(), a.dfch_gelu.data(), size_t(N) * 4 * C);
     a.dln.zero();
-    linear_backward(a.dln.data(), g + lp.fc_w->offset, g + lp.fc_b->offset, a.dfch.data(), a.ln2[L].data(),
-                    p + lp.fc_w->offset, N, C, 4 * C);
-    layernorm_backward(a.dres.data(), g + lp.ln2_w->offset, g + lp.ln2_b->offset, a.dln.data(),
-                       a.residual2[L].data(), p + lp.ln2_w->offset, a.ln2_mean[L].data(),
-                       a.ln2_rstd[L].data(), N, C);
+    linear_backward(a.dln.data(), d(lp.fc_w), d(lp.fc_b), a.dfch.data(), a.ln2[L].data(), w(lp.fc_w), N, C,
+                    4 * C);
+    layernorm_backward(a.dres.data(), d(lp.ln2_w), d(lp.ln2_b), a.dln.data(), a.residual2[L].data(),
+                       w(lp.ln2_w), a.ln2_mean[L].data(), a.ln2_rstd[L].data(), N, C);
     // Attention: residual2 = x + proj(attn(qkv(ln1(x)))).
     a.datty.zero();
-    linear_backward(a.datty.data(), g + lp.attn_proj_w->offset, g + lp.attn_proj_b->offset, a.dres.data(),
-                    a.atty[L].data(), p + lp.attn_proj_w->offset, N, C, C);
+    linear_backward(a.datty.data(), d(lp.attn_proj_w), d(lp.attn_proj_b), a.dres.data(), a.atty[L].data(),
+                    w(lp.attn_proj_w), N, C, C);
     a.dqkv.zero();
     attention_->backward(a.dqkv.data(), a.datty.data(), a.atty[L].data(), a.att_lse[L].data(),
                          a.qkv[L].data(), B, T, H, D);
     a.dln.zero();
-    linear_backward(a.dln.data(), g + lp.qkv_w->offset, g + lp.qkv_b->offset, a.dqkv.data(), a.ln1[L].data(),
-                    p + lp.qkv_w->offset, N, C, 3 * C);
-    layernorm_backward(a.dres.data(), g + lp.ln1_w->offset, g + lp.ln1_b->offset, a.dln.data(), x,
-                       p + lp.ln1_w->offset, a.ln1_mean[L].data(), a.ln1_rstd[L].data(), N, C);
-    hooks_->after_backward(l);
+    linear_backward(a.dln.data(), d(lp.qkv_w), d(lp.qkv_b), a.dqkv.data(), a.ln1[L].data(), w(lp.qkv_w), N, C,
+                    3 * C);
+    layernorm_backward(a.dres.data(), d(lp.ln1_w), d(lp.ln1_b), a.dln.data(), x, w(lp.ln1_w),
+                       a.ln1_mean[L].data(), a.ln1_rstd[L].data(), N, C);
+    hooks_->after_backward(ParamTable::layer_unit(l));
   }
-  embedding_backward(g + table_.wte().offset, g + table_.wpe().offset, a.dres.data(), a.tokens.data(),
-                     a.positions.data(), N, C);
+  embedding_backward(d(&table_.wte()), d(&table_.wpe()), a.dres.data(), a.tokens.data(), a.positions.data(),
+                     N, C);
+  hooks_->after_backward(0);
 }
 
 double training_flops_per_token(const ModelConfig& c, int T) {

@@ -36,12 +36,26 @@ class LocalAttention : public AttentionOp {
                 int T, int H, int D) override;
 };
 
+// Called around the use of each parameter unit (ParamTable: unit 0 embeddings + LM head, 1 + l layer l,
+// L + 1 final norm), in this order for one micro-batch:
+//   forward:  before_forward(0) after_forward(0)            embeddings
+//             before_forward(1+l) after_forward(1+l)        each layer, l = 0 .. L-1
+//             before_forward(L+1) after_forward(L+1)        final norm
+//             before_forward(0) after_forward(0)            LM head (tied to wte)
+//   backward: before_backward(0)                            LM head, accumulates d wte
+//             before_backward(L+1) after_backward(L+1)      final norm
+//             before_backward(1+l) after_backward(1+l)      each layer, l = L-1 .. 0
+//             embeddings backward                           (unit 0 still acquired)
+//             after_backward(0)
+// before_* may repoint the unit's storage (GPT2::set_unit_storage), e.g. at gathered parameters;
+// after_backward(u) means unit u's gradients for this micro-batch are complete.
 class LayerHooks {
  public:
   virtual ~LayerHooks() = default;
-  virtual void before_forward(int /*layer*/) {}
-  virtual void before_backward(int /*layer*/) {}
-  virtual void after_backward(int /*layer*/) {}
+  virtual void before_forward(int /*unit*/) {}
+  virtual void after_forward(int /*unit*/) {}
+  virtual void before_backward(int /*unit*/) {}
+  virtual void after_backward(int /*unit*/) {}
 };
 
 // Activations of one micro-batch of B rows x T tokens (N = B*T), kept for backward.
@@ -67,14 +81,27 @@ struct Activations {
 
 class GPT2 {
  public:
-  explicit GPT2(const ModelConfig& config);
+  // allocate_storage=false: no full parameter/gradient buffers; every unit must be given storage
+  // with set_unit_storage before use (ZeRO-3 keeps only shards and gathers a unit at a time).
+  explicit GPT2(const ModelConfig& config, bool allocate_storage = true);
 
   const ModelConfig& config() const { return config_; }
   const ParamTable& table() const { return table_; }
+  // The full flat buffers (null without allocated storage).
   float* params() { return params_.data(); }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   int64_t num_params() const { return table_.total(); }
+
+  // Points unit u at other storage: params/grads hold the unit's range [unit_begin, unit_end).
+  void set_unit_storage(int unit, float* params, float* grads);
+  // Where tensor t's parameters / gradients are now.
+  float* param(const ParamInfo& t) const {
+    return unit_params_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
+  }
+  float* grad(const ParamInfo& t) const {
+    return unit_grads_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
+  }
 
   void set_attention(AttentionOp* op) { attention_ = op ? op : &local_attention_; }
   void set_hooks(LayerHooks* hooks) { hooks_ = hooks ? hooks : &no_hooks_; }
@@ -90,6 +117,7 @@ class GPT2 {
   // Logits [B*T, V] of the last forward (valid after forward(), before any backward).
   const float* logits() const { return acts_.logits.data(); }
 
+  // Zeroes the full gradient buffer (with allocated storage).
   void zero_grads() { grads_.zero(); }
   const Activations& activations() const { return acts_; }
 
@@ -100,6 +128,7 @@ class GPT2 {
   ModelConfig config_;
   ParamTable table_;
   FloatBuffer params_, grads_;
+  std::vector<float*> unit_params_, unit_grads_;  // per unit: the storage of its range
   Activations acts_;
   LocalAttention local_attention_;
   AttentionOp* attention_ = &local_attention_;

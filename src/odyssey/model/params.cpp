@@ -26,8 +26,11 @@ int64_t ModelConfig::num_parameters() const {
 ParamTable::ParamTable(const ModelConfig& c) {
   const int64_t C = c.d_model, V = c.vocab_size, T = c.seq_len;
   using Init = ParamInfo::Init;
+  int unit = 0;
+  unit_begin_.push_back(0);
   auto add = [&](std::string name, std::vector<int64_t> shape, Init init) {
     ParamInfo p;
+    p.unit = unit;
     p.name = std::move(name);
     p.shape = std::move(shape);
     p.numel = 1;
@@ -41,6 +44,8 @@ ParamTable::ParamTable(const ModelConfig& c) {
   add("wte", {V, C}, Init::normal);
   add("wpe", {T, C}, Init::normal);
   for (int l = 0; l < c.n_layer; ++l) {
+    unit_begin_.push_back(total_);
+    unit = layer_unit(l);
     std::string h = "h." + std::to_string(l) + ".";
     add(h + "ln_1.weight", {C}, Init::ones);
     add(h + "ln_1.bias", {C}, Init::zeros);
@@ -55,8 +60,11 @@ ParamTable::ParamTable(const ModelConfig& c) {
     add(h + "mlp.c_proj.weight", {C, 4 * C}, Init::normal_residual);
     add(h + "mlp.c_proj.bias", {C}, Init::zeros);
   }
+  unit_begin_.push_back(total_);
+  unit = c.n_layer + 1;
   add("ln_f.weight", {C}, Init::ones);
   add("ln_f.bias", {C}, Init::zeros);
+  unit_begin_.push_back(total_);
   // Pointers are taken once the vector no longer grows.
   for (int l = 0; l < c.n_layer; ++l) {
     const ParamInfo* p = &tensors_[2 + size_t(l) * 12];

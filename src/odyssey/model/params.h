@@ -28,6 +28,7 @@ struct ParamInfo {
   std::vector<int64_t> shape;  // global shape
   int64_t offset = 0;          // into the flat buffer, in elements
   int64_t numel = 0;
+  int unit = 0;               // the unit it belongs to (see ParamTable)
   bool weight_decay = false;  // AdamW decay: matrices and embeddings yes, biases and norms no
   // GPT-2 init: normal(0, 0.02) for matrices and embeddings, residual projections (attn.c_proj,
   // mlp.c_proj) scaled by 1/sqrt(2 n_layer); biases zero; LayerNorm weights one.
@@ -40,6 +41,10 @@ struct LayerParams {
       *fc_proj_w, *fc_proj_b;
 };
 
+// Units: the granularity at which parallel code handles parameters (ZeRO-3 gathers one unit at a
+// time, data parallelism reduces a unit's gradients when its backward is done).
+//   unit 0: wte, wpe (embeddings; wte is also the LM head)   unit 1 + l: layer l   unit L + 1: ln_f
+// Each unit is one contiguous range of the flat buffer.
 class ParamTable {
  public:
   explicit ParamTable(const ModelConfig& config);
@@ -57,9 +62,17 @@ class ParamTable {
   // [begin, end) element range of layer l in the flat buffer.
   std::pair<int64_t, int64_t> layer_range(int l) const;
 
+  int num_units() const { return int(unit_begin_.size()) - 1; }
+  static int layer_unit(int l) { return l + 1; }
+  int final_unit() const { return num_units() - 1; }
+  int64_t unit_begin(int u) const { return unit_begin_[size_t(u)]; }
+  int64_t unit_end(int u) const { return unit_begin_[size_t(u) + 1]; }
+  int64_t unit_size(int u) const { return unit_end(u) - unit_begin(u); }
+
  private:
   std::vector<ParamInfo> tensors_;
   std::vector<LayerParams> layers_;
+  std::vector<int64_t> unit_begin_;  // num_units + 1 boundaries
   int64_t total_ = 0;
 };
 
