@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Odyssey builds and tests with (idempotent: skips when present).
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config git ca-certificates npm
+          libdnnl-dev libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin clang-format)
+# Extra packages for plots and reference data (python3-matplotlib, python3-torch) with --with-python.
+if [ "${1:-}" = "--with-python" ]; then packages+=(python3-matplotlib python3-numpy python3-torch); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "setup: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
