@@ -1,0 +1,90 @@
+#include "odyssey/comm/comm_stats.h"
+
+namespace odyssey {
+
+const char* comm_kind_name(CommKind kind) {
+  switch (kind) {
+    case CommKind::all_reduce:
+      return "all_reduce";
+    case CommKind::reduce_scatter:
+      return "reduce_scatter";
+    case CommKind::all_gather:
+      return "all_gather";
+    case CommKind::all_to_all:
+      return "all_to_all";
+    case CommKind::send_recv:
+      return "send_recv";
+    case CommKind::broadcast:
+      return "broadcast";
+  }
+  return "unknown";
+}
+
+void CommStats::record(CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds) {
+  std::lock_guard lock(mutex_);
+  CommCounter& c = counters_[{kind, intra_node}];
+  c.calls += 1;
+  c.bytes += bus_bytes;
+  c.seconds += seconds;
+}
+
+void CommStats::add_time(CommKind kind, bool intra_node, double seconds) {
+  std::lock_guard lock(mutex_);
+  counters_[{kind, intra_node}].seconds += seconds;
+}
+
+void CommStats::reset() {
+  std::lock_guard lock(mutex_);
+  counters_.clear();
+}
+
+uint64_t CommStats::total_bytes() const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [key, c] : counters_) total += c.bytes;
+  return total;
+}
+
+uint64_t CommStats::bytes(bool intra_node) const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [key, c] : counters_)
+    if (key.second == intra_node) total += c.bytes;
+  return total;
+}
+
+uint64_t CommStats::bytes(CommKind kind) const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [key, c] : counters_)
+    if (key.first == kind) total += c.bytes;
+  return total;
+}
+
+nlohmann::json CommStats::to_json() const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0, intra = 0, inter = 0;
+  double seconds = 0.0;
+  nlohmann::json by_kind = nlohmann::json::object();
+  for (const auto& [key, c] : counters_) {
+    total += c.bytes;
+    (key.second ? intra : inter) += c.bytes;
+    seconds += c.seconds;
+    // Both levels of one kind fold into one entry, with the split kept inside it.
+    nlohmann::json& k = by_kind[comm_kind_name(key.first)];
+    if (k.is_null())
+      k = {{"calls", 0}, {"bytes", 0}, {"intra_node_bytes", 0}, {"inter_node_bytes", 0}, {"seconds", 0.0}};
+    k["calls"] = k["calls"].get<uint64_t>() + c.calls;
+    k["bytes"] = k["bytes"].get<uint64_t>() + c.bytes;
+    const char* level = key.second ? "intra_node_bytes" : "inter_node_bytes";
+    k[level] = k[level].get<uint64_t>() + c.bytes;
+    k["seconds"] = k["seconds"].get<double>() + c.seconds;
+  }
+  return {{"total_bytes", total},
+          {"intra_node_bytes", intra},
+          {"inter_node_bytes", inter},
+          {"seconds", seconds},
+          {"by_kind", by_kind}};
+}
+
+}  // namespace odyssey

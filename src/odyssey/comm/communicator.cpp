@@ -1,0 +1,19 @@
+#include "odyssey/comm/communicator.h"
+
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32:
+      return 4;
+    case DType::i32:
+      return 4;
+    case DType::u8:
+      return 1;
+  }
+  fail("unknown dtype {}", static_cast<int>(t));
+}
+
+}  // namespace odyssey

@@ -1,0 +1,76 @@
+// The Communicator over MPI. Non-blocking collectives return requests whose test() calls MPI_Test,
+// so a caller polling between compute pieces makes progress; wait() records the elapsed time.
+//
+// Counts are size_t. An operation whose counts (or all_to_all_v displacements) exceed the MPI int
+// limit is split into chunks: all-reduce, broadcast and send/recv into consecutive pieces,
+// reduce-scatter into per-block reductions, all-gather into per-block broadcasts, all-to-all(v)
+// into point-to-point pieces. The bytes accounted are the same whatever the chunking.
+//
+// Point-to-point bytes are counted by the sender only (the receive counts the call and its time),
+// as collectives count the bytes each rank sends. all_to_all_v counts what this rank sends to
+// other ranks, which is the (P-1)/P convention when the counts are equal.
+#pragma once
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "odyssey/comm/communicator.h"
+
+namespace odyssey {
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Wraps comm; frees it on destruction when owned (never after MPI_Finalize).
+  MpiCommunicator(MPI_Comm comm, std::string name, bool intra_node, bool owned);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  MPI_Comm handle() const { return comm_; }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  bool intra_node() const override { return intra_node_; }
+
+  void all_reduce(void* data, size_t count, DType dtype) override;
+  RequestPtr all_reduce_async(void* data, size_t count, DType dtype) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) override;
+  RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) override;
+  void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
+  RequestPtr all_gather_async(const void* send, void* recv, size_t count, DType dtype) override;
+  void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                    const std::vector<size_t>& send_displs, void* recv,
+                    const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                    DType dtype) override;
+  // Tags are 0..kMaxUserTag; the tag above is reserved for chunked all-to-all pieces.
+  void send(const void* data, size_t count, DType dtype, int dest, int tag) override;
+  void recv(void* data, size_t count, DType dtype, int source, int tag) override;
+  RequestPtr send_async(const void* data, size_t count, DType dtype, int dest, int tag) override;
+  RequestPtr recv_async(void* data, size_t count, DType dtype, int source, int tag) override;
+  void broadcast(void* data, size_t count, DType dtype, int root) override;
+  void barrier() override;
+  // A negative color (MPI_UNDEFINED) joins no group and returns nullptr.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name, bool intra_node) override;
+
+  static constexpr int kMaxUserTag = 32766;  // MPI guarantees tags up to 32767
+
+  // Largest element count passed to one MPI call (default INT_MAX). Tests lower it to exercise the
+  // chunked paths on small buffers; every rank must use the same value.
+  static void set_max_chunk(size_t elements);
+  static size_t max_chunk();
+
+ private:
+  MPI_Comm comm_;
+  std::string name_;
+  bool intra_node_;
+  bool owned_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace odyssey
