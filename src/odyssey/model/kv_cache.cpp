@@ -88,18 +88,18 @@ void KVCacheEngine::run(const int* tokens, int T) {
   // tokens may alias cached_ (a slide), so cached_ is written only after the copy above.
   std::memcpy(cached_.data() + start, tokens_.data(), size_t(T) * sizeof(int));
 
-  const float* p = model_.params();
+  // Through param(): a unit's storage may have been repointed (ZeRO-3 gathers).
+  auto w = [&](const ParamInfo& t) -> const float* { return model_.param(t); };
   const ParamTable& table = model_.table();
   const size_t TC = size_t(T) * C;
   float* x = x_.data();
-  embedding_forward(x, tokens_.data(), positions_.data(), p + table.wte().offset, p + table.wpe().offset, T, C);
+  embedding_forward(x, tokens_.data(), positions_.data(), w(table.wte()), w(table.wpe()), T, C);
   for (int l = 0; l < n_layer_; ++l) {
     const LayerParams& lp = table.layer(l);
     float* kc = k_[size_t(l)].data();
     float* vc = v_[size_t(l)].data();
-    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x, p + lp.ln1_w->offset, p + lp.ln1_b->offset, T,
-                      C);
-    linear_forward(qkv_.data(), ln_.data(), p + lp.qkv_w->offset, p + lp.qkv_b->offset, T, C, 3 * C);
+    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x, w(*lp.ln1_w), w(*lp.ln1_b), T, C);
+    linear_forward(qkv_.data(), ln_.data(), w(*lp.qkv_w), w(*lp.qkv_b), T, C, 3 * C);
     // Append this chunk's k and v rows (qkv [T, 3C] = q | k | v) to the cache [ctx, C].
     for (int i = 0; i < T; ++i) {
       const float* row = qkv_.data() + size_t(i) * 3 * C;
@@ -108,23 +108,22 @@ void KVCacheEngine::run(const int* tokens, int T) {
     }
     // Queries at positions start.. against every cached key 0..start+T-1, causal.
     const int Tk = start + T;
-    attention_forward({atty_.data(), int64_t(T) * C, C}, lse_.data(), {qkv_.data(), int64_t(T) * 3 * C, 3 * C},
-                      {kc, int64_t(Tk) * C, C}, {vc, int64_t(Tk) * C, C}, {1, T, Tk, H, H, D},
-                      {MaskKind::causal, start, 0}, 1.0f / std::sqrt(float(D)));
-    linear_forward(proj_.data(), atty_.data(), p + lp.attn_proj_w->offset, p + lp.attn_proj_b->offset, T, C, C);
+    attention_forward({atty_.data(), int64_t(T) * C, C}, lse_.data(),
+                      {qkv_.data(), int64_t(T) * 3 * C, 3 * C}, {kc, int64_t(Tk) * C, C},
+                      {vc, int64_t(Tk) * C, C}, {1, T, Tk, H, H, D}, {MaskKind::causal, start, 0},
+                      1.0f / std::sqrt(float(D)));
+    linear_forward(proj_.data(), atty_.data(), w(*lp.attn_proj_w), w(*lp.attn_proj_b), T, C, C);
     accumulate(x, proj_.data(), TC);
-    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x, p + lp.ln2_w->offset, p + lp.ln2_b->offset, T,
-                      C);
-    linear_forward(fch_.data(), ln_.data(), p + lp.fc_w->offset, p + lp.fc_b->offset, T, C, 4 * C);
+    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x, w(*lp.ln2_w), w(*lp.ln2_b), T, C);
+    linear_forward(fch_.data(), ln_.data(), w(*lp.fc_w), w(*lp.fc_b), T, C, 4 * C);
     gelu_forward(fch_.data(), fch_.data(), TC * 4);
-    linear_forward(proj_.data(), fch_.data(), p + lp.fc_proj_w->offset, p + lp.fc_proj_b->offset, T, 4 * C, C);
+    linear_forward(proj_.data(), fch_.data(), w(*lp.fc_proj_w), w(*lp.fc_proj_b), T, 4 * C, C);
     accumulate(x, proj_.data(), TC);
   }
   // Only the last position's logits are needed: final LayerNorm and tied LM head on one row.
   const float* last = x + size_t(T - 1) * C;
-  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, p + table.lnf_w().offset,
-                    p + table.lnf_b().offset, 1, C);
-  linear_forward(logits_.data(), ln_.data(), p + table.wte().offset, nullptr, 1, C, V);
+  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(table.lnf_w()), w(table.lnf_b()), 1, C);
+  linear_forward(logits_.data(), ln_.data(), w(table.wte()), nullptr, 1, C, V);
   length_ = start + T;
 }
 

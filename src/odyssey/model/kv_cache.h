@@ -2,7 +2,7 @@
 // batch (prefill), then each new token runs alone (T = 1) with attention against the cached keys and
 // values of every earlier position, so the prefix is never recomputed.
 //
-// The engine reads the model's parameters (model.params(), model.table()) at every call and owns
+// The engine reads the model's parameters (model.param(tensor)) at every call and owns
 // only the cache and scratch: K and V [n_layer][ctx, C] plus activations for up to ctx tokens, all
 // allocated once in the constructor (no allocation per token in this class; the attention kernel
 // keeps its own per-call scratch). It computes exactly what GPT2::forward computes for the cached
