@@ -34,8 +34,10 @@ mkdir -p runs
 "$ODY" train --config "$config" --set "data.train=$data/train_*.bin" --set "data.val=$data/val_*.bin" \
   --set "data.vocab_dir=$ODYSSEY_CACHE/gpt2" "$@" | tee runs/demo-result.json
 mv runs/demo-result.json runs/demo/result.json
-if python3 -c "import matplotlib" 2>/dev/null; then
-  python3 scripts/plot_metrics.py runs/demo/metrics.jsonl runs/demo/loss.png && echo "plot: runs/demo/loss.png"
+PY=/usr/bin/python3  # Debian's, where python3-matplotlib installs
+[ -x "$PY" ] || PY=python3
+if "$PY" -c "import matplotlib" 2>/dev/null; then
+  "$PY" scripts/plot_metrics.py runs/demo/metrics.jsonl runs/demo/loss.png && echo "plot: runs/demo/loss.png"
 fi
 echo "--- sample ---"
 "$ODY" generate --checkpoint runs/demo --prompt "The jury said" --max-tokens 200 --temperature 0.8 --top-k 40 --seed 7
