@@ -9,6 +9,7 @@
 
 #include "odyssey/checkpoint/checkpoint.h"
 #include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/comm/runtime.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
@@ -35,9 +36,11 @@ std::unique_ptr<GPT2> load_model(const std::string& path, CheckpointState* state
   return model;
 }
 
+// Runs on every rank of the job (under mpirun); only rank 0 prints the result.
 int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides) {
   RunConfig config = load_run_config(config_path, overrides);
-  TrainResult r = run_training(config);
+  TrainResult r = run_training(config, world());
+  if (world().rank() != 0) return 0;
   nlohmann::json out = {{"steps", r.steps},
                         {"loss", r.last_loss},
                         {"tokens_per_s", r.tokens_per_s},
@@ -83,13 +86,24 @@ int cmd_generate(const std::string& checkpoint, const std::string& prompt, Sampl
   std::vector<int> ids = tokenizer->encode(prompt);
   std::fputs(prompt.c_str(), stdout);
   Timer timer;
-  auto produced = generate_tokens(*model, ids, options, [&](int id) {
-    if (id < tokenizer->vocab_size()) std::fputs(tokenizer->decode_one(id).c_str(), stdout);
-    std::fflush(stdout);
-  });
+  GenerationStats st;
+  auto produced = generate_tokens(
+      *model, ids, options,
+      [&](int id) {
+        if (id < tokenizer->vocab_size()) std::fputs(tokenizer->decode_one(id).c_str(), stdout);
+        std::fflush(stdout);
+      },
+      &st);
   std::fputc('\n', stdout);
-  log_info("{} tokens in {:.2f} s ({:.1f} tokens/s)", produced.size(), timer.seconds(),
-           produced.size() / std::max(1e-9, timer.seconds()));
+  // Prefill: prompt tokens through the model per second; decode: one new token per pass.
+  log_info(
+      "{} tokens in {:.2f} s ({:.1f} tokens/s overall; {}): prefill {} tokens in {:.3f} s ({:.1f} tokens/s), "
+      "decode {} tokens in {:.3f} s ({:.1f} tokens/s){}",
+      produced.size(), timer.seconds(), produced.size() / std::max(1e-9, timer.seconds()),
+      options.use_kv_cache ? "kv cache" : "recomputing the window", st.prompt_tokens, st.prefill_s,
+      st.prompt_tokens / std::max(1e-9, st.prefill_s), st.decode_steps, st.decode_s,
+      st.decode_steps / std::max(1e-9, st.decode_s),
+      st.slides ? fmt::format("; context full: slid {} times", st.slides) : std::string());
   return 0;
 }
 
@@ -163,7 +177,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   gen->add_option("--top-k", sampling.top_k, "sample among the k most likely tokens (0: all)")
       ->check(CLI::NonNegativeNumber);
+  gen->add_option("--top-p", sampling.top_p, "sample among the most likely tokens holding this mass (1: all)")
+      ->check(CLI::Range(0.0, 1.0));
   gen->add_option("--seed", sampling.seed, "sampling seed");
+  bool no_kv_cache = false;
+  gen->add_flag("--no-kv-cache", no_kv_cache, "recompute the whole window for every token (slower)");
   gen->add_option("--tokenizer", tokenizer_name, "bytes | gpt2 (default: the one the run trained with)");
   gen->add_option("--vocab-dir", vocab_dir, "directory with encoder.json and vocab.bpe (gpt2)");
 
@@ -193,9 +211,13 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*train) return cmd_train(config_path, overrides);
+    // Training is the multi-rank command: the MPI runtime ends every rank on an error on any.
+    if (*train) return run_main(argc, argv, [&](int, char**) { return cmd_train(config_path, overrides); });
     if (*eval) return cmd_eval(checkpoint, data_path, eval_batch, eval_rows, eval_seq_len);
-    if (*gen) return cmd_generate(checkpoint, prompt, sampling, tokenizer_name, vocab_dir);
+    if (*gen) {
+      sampling.use_kv_cache = !no_kv_cache;
+      return cmd_generate(checkpoint, prompt, sampling, tokenizer_name, vocab_dir);
+    }
     if (*prepare) {
       prep.progress = !quiet;
       return cmd_prepare(prep);

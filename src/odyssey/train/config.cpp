@@ -111,6 +111,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("parallel.pp", int, parallel.pp),
       ODY_KEY("parallel.zero_stage", int, parallel.zero_stage),
       ODY_KEY("parallel.ranks_per_node", int, parallel.ranks_per_node),
+      ODY_KEY("parallel.bucket_mb", double, parallel.bucket_mb),
       ODY_KEY("comm.weights", std::string, comm.weights),
       ODY_KEY("comm.grads", std::string, comm.grads),
       ODY_KEY("comm.hpz", bool, comm.hpz),
@@ -211,6 +212,10 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(non_dp == 1,
             "parallel.sp_ulysses/sp_ring/tp/pp: only data parallelism is available in this build");
   ODY_CHECK(p.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0, got {}", p.ranks_per_node);
+  ODY_CHECK(p.ranks_per_node == 0 || world_size % p.ranks_per_node == 0,
+            "parallel.ranks_per_node ({}) must divide the world size ({})", p.ranks_per_node, world_size);
+  ODY_CHECK(p.bucket_mb >= 0, "parallel.bucket_mb must be >= 0 (0: one unit per bucket), got {}",
+            p.bucket_mb);
   ODY_CHECK(t.global_batch % (t.micro_batch * dp) == 0,
             "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x parallel.dp ({})",
             t.global_batch, t.micro_batch, dp);

@@ -32,7 +32,7 @@ struct TrainConfig {
   std::string precision = "fp32";
   int64_t eval_every = 0;  // validation loss every N steps (0: only at the end)
   int eval_rows = 32;      // rows of the val data per evaluation (0: all)
-  int threads = 0;         // OpenMP threads (0: all cores)
+  int threads = 0;         // OpenMP threads per rank (0: the host's cores / ranks on the host)
   int64_t exit_after = 0;  // stop after this many steps of this invocation, with a checkpoint (0: never)
 };
 
@@ -41,6 +41,7 @@ struct ParallelConfig {
   int sp_ulysses = 1, sp_ring = 1, tp = 1, pp = 1;
   int zero_stage = 0;
   int ranks_per_node = 0;  // 0: as MPI reports
+  double bucket_mb = 25;   // gradient bucket size in MB (10^6 bytes); 0: one unit per bucket
 };
 
 struct CommConfig {

@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <vector>
 
 #include "odyssey/checkpoint/checkpoint.h"
+#include "odyssey/comm/grid.h"
+#include "odyssey/comm/runtime.h"
+#include "odyssey/comm/single_communicator.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
@@ -15,6 +19,7 @@
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/optim/schedule.h"
+#include "odyssey/parallel/zero.h"
 #include "odyssey/train/metrics.h"
 
 namespace odyssey {
@@ -80,19 +85,52 @@ void check_same_model(const ModelConfig& want, const ModelConfig& have, const st
   check("model.vocab_size", want.vocab_size, have.vocab_size);
 }
 
+// A rank's sum of token losses and the tokens counted.
+struct LossSum {
+  double sum;
+  int64_t count;
+};
+
+// The token mean over all data-parallel ranks: the partial sums are gathered and added in rank order,
+// so every rank gets the same double.
+double global_mean(Communicator& dp, const LossSum& local) {
+  std::vector<LossSum> all(static_cast<size_t>(dp.size()));
+  dp.all_gather(&local, all.data(), sizeof(LossSum), DType::u8);
+  double sum = 0;
+  int64_t count = 0;
+  for (const LossSum& a : all) sum += a.sum, count += a.count;
+  return count > 0 ? sum / double(count) : 0.0;
+}
+
 }  // namespace
 
 TrainResult run_training(const RunConfig& config) {
-  config.validate(1);
-  set_threads(config.train.threads);
-  const TrainConfig& tc = config.train;
-  const int T = config.seq_len();
-  const int accum = tc.global_batch / tc.micro_batch;
+  SingleCommunicator world("world");
+  return run_training(config, world);
+}
 
-  GPT2 model(config.model);
+TrainResult run_training(const RunConfig& config, Communicator& world) {
+  // Refused before any work, identically on every rank.
+  config.validate(world.size());
+  const TrainConfig& tc = config.train;
+  const ParallelConfig& pc = config.parallel;
+  ProcessGrid grid(world, GridDims{pc.tp, pc.sp_ulysses, pc.sp_ring, pc.dp, pc.pp, pc.ranks_per_node});
+  Communicator& dp = grid.dp();
+  const bool root = world.rank() == 0;
+  // Cores per rank on this host unless train.threads or OMP_NUM_THREADS says otherwise (collective).
+  const int host_threads = default_threads_per_rank(world);
+  set_threads(tc.threads > 0 ? tc.threads : std::getenv("OMP_NUM_THREADS") ? 0 : host_threads);
+  const int T = config.seq_len();
+  const int ranks = dp.size();
+  const int accum = tc.global_batch / (tc.micro_batch * ranks);
+
+  GPT2 model(config.model, false);
   const ParamTable& table = model.table();
   const size_t P = size_t(model.num_params());
-  FloatBuffer m(P), v(P);
+  ZeroOptions zo;
+  zo.stage = pc.zero_stage;
+  zo.bucket_mb = pc.bucket_mb;
+  ZeroEngine engine(model, dp, zo);
 
   // Data first: a bad shard is refused before anything is written.
   std::unique_ptr<TokenDataset> train_data, val_data;
@@ -102,40 +140,68 @@ TrainResult run_training(const RunConfig& config) {
   if (!config.data.val.empty())
     val_data = std::make_unique<TokenDataset>(config.data.val, T, config.model.vocab_size, false, tc.seed);
 
+  // Every rank reads the full state (init or checkpoint) and keeps what its ZeRO stage keeps.
   int64_t start_step = 0;
   std::string latest = config.checkpoint.resume ? find_latest_checkpoint(config.checkpoint.dir) : "";
-  if (!latest.empty()) {
-    CheckpointState state = read_checkpoint_manifest(latest);
-    check_same_model(config.model, state.model, latest);
-    state = load_checkpoint(latest, table, model.params(), m.data(), v.data());
-    start_step = state.step;
-    ODY_CHECK(
-        state.next_row == uint64_t(start_step) * uint64_t(tc.global_batch),
-        "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
-        latest, state.next_row, start_step);
-    log_info("resumed from {} (step {})", latest, start_step);
-  } else {
-    init_parameters(model.params(), table, config.model, tc.seed);
+  {
+    FloatBuffer params(P), m, v;
+    if (!latest.empty()) {
+      m.resize(P);
+      v.resize(P);
+      CheckpointState state = read_checkpoint_manifest(latest);
+      check_same_model(config.model, state.model, latest);
+      state = load_checkpoint(latest, table, params.data(), m.data(), v.data());
+      start_step = state.step;
+      ODY_CHECK(
+          state.next_row == uint64_t(start_step) * uint64_t(tc.global_batch),
+          "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
+          latest, state.next_row, start_step);
+      if (root) log_info("resumed from {} (step {})", latest, start_step);
+    } else {
+      init_parameters(params.data(), table, config.model, tc.seed);
+    }
+    engine.load(params.data(), m.size() ? m.data() : nullptr, v.size() ? v.data() : nullptr);
   }
 
   LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   AdamWConfig adamw{tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
+  // Collective: the shards meet on rank 0, which writes the (single-layout) checkpoint.
   auto save = [&](int64_t step) {
-    CheckpointState state{config.model, step, uint64_t(step) * uint64_t(tc.global_batch), tc.seed,
-                          run_config_json(config)};
-    return save_checkpoint(config.checkpoint.dir, state, table, model.params(), m.data(), v.data(),
-                           config.checkpoint.keep);
+    FloatBuffer params(root ? P : 0), m(root ? P : 0), v(root ? P : 0);
+    engine.gather_to_root(params.data(), m.data(), v.data(), true);
+    std::string dir = fmt::format("{}/step_{:08d}", config.checkpoint.dir, step);
+    if (root) {
+      CheckpointState state{config.model, step, uint64_t(step) * uint64_t(tc.global_batch), tc.seed,
+                            run_config_json(config)};
+      state.run["parallel"] = {{"dp", ranks}, {"zero_stage", pc.zero_stage}, {"world_size", world.size()}};
+      dir = save_checkpoint(config.checkpoint.dir, state, table, params.data(), m.data(), v.data(),
+                            config.checkpoint.keep);
+    }
+    world.barrier();  // nobody reads or resumes before rank 0 has renamed it into place
+    return dir;
   };
 
   const double flops_per_token = training_flops_per_token(config.model, T);
   const double gemm_gflops = tc.steps > start_step ? measure_gemm_gflops() : 0.0;
-  log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
-           config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
-           config.model.vocab_size, P / 1e6);
-  log_info("batch: {} rows x {} tokens per step ({} micro-steps of {}), {} threads; GEMM rate {:.1f} GFLOP/s",
-           tc.global_batch, T, accum, tc.micro_batch, omp_get_max_threads(), gemm_gflops);
+  if (root) {
+    std::string layout = grid.describe();
+    while (!layout.empty() && layout.back() == '\n') layout.pop_back();
+    log_info("{}", layout);
+    log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
+             config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
+             config.model.vocab_size, P / 1e6);
+    log_info(
+        "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
+        "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank",
+        tc.global_batch, T, accum, tc.micro_batch, ranks, omp_get_max_threads(), gemm_gflops);
+    log_info(
+        "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
+        "over {} ranks",
+        pc.zero_stage, engine.partition().segments().size(), engine.partition().padded_total(), ranks);
+  }
 
-  MetricsWriter metrics(config.metrics_path(), start_step > 0);
+  std::unique_ptr<MetricsWriter> metrics;
+  if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
   TrainResult result;
   result.steps = start_step;
   std::vector<int> inputs(size_t(tc.micro_batch) * T), targets(size_t(tc.micro_batch) * T);
@@ -146,66 +212,82 @@ TrainResult run_training(const RunConfig& config) {
   if (tc.exit_after > 0) end_step = std::min(end_step, start_step + tc.exit_after);
 
   for (int64_t step = start_step; step < end_step; ++step) {
+    world.stats().reset();  // the metrics report this step's traffic
     Timer timer;
-    model.zero_grads();
-    double loss_sum = 0;
-    int64_t loss_count = 0;
+    engine.zero_grad();
+    LossSum local{0, 0};
     for (int micro = 0; micro < accum; ++micro) {
-      uint64_t row0 = uint64_t(step) * uint64_t(tc.global_batch) + uint64_t(micro) * uint64_t(tc.micro_batch);
+      const uint64_t row0 = uint64_t(step) * uint64_t(tc.global_batch) +
+                            uint64_t(micro * ranks + dp.rank()) * uint64_t(tc.micro_batch);
       for (int b = 0; b < tc.micro_batch; ++b)
         train_data->get_row(row0 + uint64_t(b), &inputs[size_t(b) * T], &targets[size_t(b) * T]);
+      engine.begin_micro_step(micro == accum - 1);
       int64_t n = 0;
-      loss_sum +=
+      local.sum +=
           model.forward_backward(inputs.data(), targets.data(), nullptr, tc.micro_batch, T, dloss, &n);
-      loss_count += n;
+      local.count += n;
+      engine.end_micro_step();
     }
-    const double loss = loss_sum / double(loss_count);
-    const double grad_norm = std::sqrt(sum_of_squares(model.grads(), P));
+    const double loss = global_mean(dp, local);
+    const double grad_norm = engine.grad_norm();
     ODY_CHECK(std::isfinite(loss) && std::isfinite(grad_norm),
               "step {}: loss {} / gradient norm {} is not finite", step + 1, loss, grad_norm);
     const float scale = clip_scale(grad_norm, tc.grad_clip);
     const float lr = schedule.at(step);
-    for (const ParamInfo& p : table.tensors())
-      adamw_update(model.params() + p.offset, model.grads() + p.offset, m.data() + p.offset,
-                   v.data() + p.offset, size_t(p.numel), adamw, lr, step + 1, scale, p.weight_decay);
+    engine.step(adamw, lr, step + 1, scale);
     const double ms = timer.ms();
+    const nlohmann::json comm = world.stats().to_json();
+    const MemoryReport memory = engine.memory();
     const int64_t step_tokens = int64_t(tc.global_batch) * T;
     const double tokens_per_s = step_tokens / (ms / 1e3);
-    const double mfu = gemm_gflops > 0 ? flops_per_token * tokens_per_s / (gemm_gflops * 1e9) : 0.0;
+    // MFU against the GEMM rate of all ranks together.
+    const double mfu =
+        gemm_gflops > 0 ? flops_per_token * tokens_per_s / (gemm_gflops * 1e9 * world.size()) : 0.0;
     total_tokens_per_s += tokens_per_s;
     ++steps_run;
     result.steps = step + 1;
     result.last_loss = loss;
+    result.losses.push_back(loss);
+    if (root && step == start_step)
+      log_info(
+          "memory per rank: params {:.2f} MB, grads {:.2f} MB, optimizer {:.2f} MB, activations {:.2f} MB, "
+          "comm buffers {:.2f} MB",
+          memory.params / 1e6, memory.grads / 1e6, memory.optimizer / 1e6, memory.activations / 1e6,
+          memory.comm_buffers / 1e6);
 
-    nlohmann::json record = {
-        {"step", step + 1},
-        {"loss", loss},
-        {"lr", lr},
-        {"grad_norm", grad_norm},
-        {"tokens", (step + 1) * step_tokens},
-        {"step_ms", ms},
-        {"tokens_per_s", tokens_per_s},
-        {"mfu", mfu},
-        {"comm", {{"total_bytes", 0}, {"intra_node_bytes", 0}, {"inter_node_bytes", 0}}}};
+    nlohmann::json record = {{"step", step + 1},
+                             {"loss", loss},
+                             {"lr", lr},
+                             {"grad_norm", grad_norm},
+                             {"tokens", (step + 1) * step_tokens},
+                             {"step_ms", ms},
+                             {"tokens_per_s", tokens_per_s},
+                             {"mfu", mfu},
+                             {"comm", comm},
+                             {"memory", memory.to_json()}};
     const bool last = step + 1 == end_step;
     const bool eval_now = val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
+      // Every rank evaluates the same rows (ZeRO-3 forwards are collective).
       double val = evaluate_loss(model, *val_data, tc.eval_rows, tc.micro_batch);
       record["val_loss"] = val;
       result.val_loss = val;
     }
-    if ((step + 1) % config.log.every == 0 || last || eval_now) metrics.write(record);
-    log_info(
-        "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}%",
-        step + 1, tc.steps, loss, eval_now ? fmt::format(" | val {:.4f}", double(record["val_loss"])) : "",
-        lr, grad_norm, ms, tokens_per_s, 100 * mfu);
+    if (root && ((step + 1) % config.log.every == 0 || last || eval_now)) metrics->write(record);
+    if (root)
+      log_info(
+          "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% "
+          "| "
+          "comm {:.2f} MB",
+          step + 1, tc.steps, loss, eval_now ? fmt::format(" | val {:.4f}", double(record["val_loss"])) : "",
+          lr, grad_norm, ms, tokens_per_s, 100 * mfu, double(comm["total_bytes"]) / 1e6);
     if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last) save(step + 1);
   }
   result.tokens_per_s = steps_run ? total_tokens_per_s / double(steps_run) : 0;
   if (val_data && steps_run == 0)
     result.val_loss = evaluate_loss(model, *val_data, tc.eval_rows, tc.micro_batch);
   result.checkpoint = save(result.steps);
-  log_info("checkpoint: {}", result.checkpoint);
+  if (root) log_info("checkpoint: {}", result.checkpoint);
   return result;
 }
 

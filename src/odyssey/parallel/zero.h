@@ -1,0 +1,102 @@
+// ZeRO stages over data parallelism (Rajbhandari et al., 2020), on the flat buffers:
+//   0  plain data parallelism: buckets all-reduced, every rank updates everything;
+//   1  optimizer state sharded: buckets reduce-scattered on the last micro-step (the full gradient
+//      buffer accumulates locally before), each rank updates its slices, then all-gathers parameters;
+//   2  gradients sharded too: every micro-step reduce-scatters its buckets into a shard-sized
+//      accumulator and the bucket buffers are freed as their reduction completes;
+//   3  parameters sharded too: the model has no full buffers; each unit is all-gathered into a working
+//      buffer before its forward and again before its backward, freed after use, the next unit
+//      prefetched; a unit's gradients are reduce-scattered into the shard in after_backward.
+// Unit 0 (wte + wpe) is used at both ends: it is gathered for the embeddings and released, gathered
+// again for the LM head and kept across the head's backward until the embedding backward is done —
+// two gathers per micro-step like every other unit, so ZeRO-3 moves 3 Ψ per micro-step.
+//
+// Sharding (parallel/shard.h): stages 1-2 shard per bucket, stage 3 per unit; each segment is padded
+// to a multiple of dp. Ψ_pad = Σ padded segment sizes is what the bytes theory uses.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/optim/adamw.h"
+#include "odyssey/parallel/data_parallel.h"
+#include "odyssey/parallel/shard.h"
+
+namespace odyssey {
+
+struct ZeroOptions {
+  int stage = 0;
+  double bucket_mb = 25;  // gradient bucket size (stages 0-2); stage 3 reduces per unit
+  bool overlap = true;    // reduce buckets during backward (false: all after, for benchmarks)
+  int max_in_flight = 2;  // stage 2/3: bucket reductions outstanding at once
+};
+
+// Per-rank bytes. params/grads/optimizer: persistent storage; comm_buffers: peak of gathered units,
+// bucket buffers and receive scratch.
+struct MemoryReport {
+  uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
+  uint64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
+  nlohmann::json to_json() const;
+};
+
+class ZeroEngine : public LayerHooks {
+ public:
+  // model must be built with allocate_storage=false; the engine owns its storage and installs itself
+  // as the model's hooks.
+  ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options);
+  ~ZeroEngine() override;
+
+  // Every rank passes the same full dense parameters (init or checkpoint) and moments (null: zero);
+  // each keeps what its stage keeps.
+  void load(const float* params, const float* m, const float* v);
+  // Collective: full dense params (and m, v when with_moments, the same on every rank) on rank 0;
+  // the pointers are used on rank 0 only (others may pass null).
+  void gather_to_root(float* params, float* m, float* v, bool with_moments);
+
+  void zero_grad();
+  void begin_micro_step(bool last) { grads_->begin_micro_step(last); }
+  void end_micro_step() { grads_->finish(); }
+  // Global gradient norm (collective for stages >= 1).
+  double grad_norm();
+  // AdamW on this rank's elements, then (stages 1-2) the parameter all-gather.
+  void step(const AdamWConfig& config, float lr, int64_t step, float grad_scale);
+
+  MemoryReport memory() const;
+  const Partition& partition() const { return *part_; }
+  int stage() const { return opt_.stage; }
+  double grad_wait_seconds() const { return grads_->wait_seconds(); }
+
+  void before_forward(int unit) override;
+  void after_forward(int unit) override;
+  void before_backward(int unit) override;
+  void after_backward(int unit) override;
+
+ private:
+  struct Gathered {
+    FloatBuffer buf;  // the unit's padded segment
+    RequestPtr request;
+  };
+  float* unit_params(int unit);
+  void gather_start(int unit);
+  void acquire(int unit);
+  void release(int unit);
+  void release_all();
+  void track(int64_t delta);
+
+  GPT2& model_;
+  Communicator& dp_;
+  ZeroOptions opt_;
+  std::unique_ptr<Partition> part_;
+  FloatBuffer params_;  // stages 0-2: full, padded layout; stage 3: this rank's shard (local layout)
+  FloatBuffer m_, v_;   // stage 0: full; stages >= 1: local
+  std::unique_ptr<GradSync> grads_;
+  std::vector<Gathered> gathered_;  // stage 3, per unit
+  bool head_next_ = false;          // stage 3: the next forward use of unit 0 is the LM head
+  int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+};
+
+}  // namespace odyssey
