@@ -1,0 +1,262 @@
+#include "odyssey/parallel/ring_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "odyssey/core/error.h"
+#include "odyssey/core/timer.h"
+#include "odyssey/parallel/fused_qkv.h"
+#include "odyssey/parallel/lse_merge.h"
+
+namespace odyssey {
+namespace {
+
+constexpr int kTagKv = 21, kTagDkv = 22;
+
+void ensure(FloatBuffer& b, size_t n) {
+  if (b.size() < n) b.resize(n);
+}
+
+// The mask of queries q against keys k by global positions; false when no key is visible.
+bool pair_mask(const RingAttention::Segment& q, const RingAttention::Segment& k, AttentionMask* m) {
+  const int64_t q_last = q.start + q.len - 1, k_last = k.start + k.len - 1;
+  if (k.start > q_last) return false;
+  if (k_last <= q.start)
+    *m = {MaskKind::none, 0, 0};
+  else
+    *m = {MaskKind::causal, q.start, k.start};
+  return true;
+}
+
+// Rows [row, row + n) of a view.
+HeadsView rows_of(HeadsView x, int64_t row) {
+  return {x.data + row * x.row_stride, x.batch_stride, x.row_stride};
+}
+MutHeadsView rows_of(MutHeadsView x, int64_t row) {
+  return {x.data + row * x.row_stride, x.batch_stride, x.row_stride};
+}
+
+// kv [B, T, 2, Hkv, D] <- k, v: one message per step.
+void pack_kv(float* kv, HeadsView k, HeadsView v, int B, int T, int Hkv, int D) {
+  const int64_t w = int64_t(Hkv) * D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      float* dst = kv + (int64_t(b) * T + t) * 2 * w;
+      std::memcpy(dst, k.data + b * k.batch_stride + t * k.row_stride, size_t(w) * sizeof(float));
+      std::memcpy(dst + w, v.data + b * v.batch_stride + t * v.row_stride, size_t(w) * sizeof(float));
+    }
+}
+
+// dk, dv += dkv [B, T, 2, Hkv, D].
+void add_kv(MutHeadsView dk, MutHeadsView dv, const float* dkv, int B, int T, int Hkv, int D) {
+  const int64_t w = int64_t(Hkv) * D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      const float* src = dkv + (int64_t(b) * T + t) * 2 * w;
+      float* k = dk.data + b * dk.batch_stride + t * dk.row_stride;
+      float* v = dv.data + b * dv.batch_stride + t * dv.row_stride;
+      for (int64_t i = 0; i < w; ++i) k[i] += src[i];
+      for (int64_t i = 0; i < w; ++i) v[i] += src[w + i];
+    }
+}
+
+void add(float* dst, const float* src, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+RingAttention::RingAttention(Communicator& ring, RingOptions options, int n_kv_head)
+    : ring_(ring), options_(options), n_kv_head_(n_kv_head) {
+  ODY_CHECK(options_.progress_rows > 0, "ring attention: progress_rows must be positive");
+  ODY_CHECK(n_kv_head >= 0, "ring attention: n_kv_head {} is negative", n_kv_head);
+}
+
+std::vector<RingAttention::Segment> RingAttention::segments(int rank, int Tl) const {
+  const int P = ring_.size();
+  if (options_.layout == RingLayout::zigzag && P > 1) {
+    const int c = Tl / 2;
+    return {{int64_t(rank) * c, 0, c}, {int64_t(2 * P - 1 - rank) * c, c, c}};
+  }
+  return {{int64_t(rank) * Tl, 0, Tl}};
+}
+
+void RingAttention::check_dims(const AttentionDims& d) const {
+  ODY_CHECK(d.B > 0 && d.Tq > 0 && d.Tq == d.Tk, "ring attention: needs Tq = Tk > 0 (got B={}, Tq={}, Tk={})",
+            d.B, d.Tq, d.Tk);
+  ODY_CHECK(d.Hkv > 0 && d.H % d.Hkv == 0, "ring attention: n_head {} is not a multiple of n_kv_head {}", d.H,
+            d.Hkv);
+  ODY_CHECK(
+      options_.layout != RingLayout::zigzag || ring_.size() == 1 || d.Tq % 2 == 0,
+      "zigzag ring attention over sp_ring={} needs an even number of local tokens (got {}): the sequence "
+      "must be a multiple of 2*sp_ring",
+      ring_.size(), d.Tq);
+}
+
+void RingAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) {
+  const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
+  forward_heads(heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T), {B, T, T, H, f.Hkv, D});
+}
+
+void RingAttention::backward(float* dqkv, const float* dout, const float* out, const float* lse,
+                             const float* qkv, int B, int T, int H, int D) {
+  const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
+  backward_heads(f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
+                 heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),
+                 {B, T, T, H, f.Hkv, D});
+}
+
+namespace {
+
+// Completes a request (if any), counting the time as waiting.
+void finish(RequestPtr& r, RingTimes& times) {
+  if (!r) return;
+  Timer t;
+  r->wait();
+  times.wait += t.seconds();
+  r.reset();
+}
+
+}  // namespace
+
+void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
+                                  AttentionDims d) {
+  check_dims(d);
+  const int P = ring_.size(), r = ring_.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
+  const int B = d.B, Tl = d.Tq, H = d.H, Hkv = d.Hkv, D = d.D;
+  const int rows = std::min(options_.progress_rows, Tl);
+  const int64_t kvw = 2 * int64_t(Hkv) * D, kv_n = int64_t(B) * Tl * kvw;
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (int i = 0; i < (P > 1 ? 2 : 1); ++i) ensure(kv_[i], size_t(kv_n));
+  ensure(blk_out_, size_t(B) * rows * H * D);
+  ensure(blk_lse_, size_t(B) * H * rows);
+  pack_kv(kv_[0].data(), k, v, B, Tl, Hkv, D);
+  // Every row starts having seen no key: out 0, lse -inf.
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < Tl; ++t)
+      std::memset(out.data + b * out.batch_stride + t * out.row_stride, 0, size_t(H) * D * sizeof(float));
+  std::fill(lse, lse + int64_t(B) * H * Tl, -std::numeric_limits<float>::infinity());
+
+  const std::vector<Segment> mine = segments(r, Tl);
+  for (int s = 0; s < P; ++s) {
+    const int src = (r - s + P) % P;  // whose K, V this rank holds at step s
+    const float* cur = kv_[s % 2].data();
+    RequestPtr recv, send;
+    if (s + 1 < P) {  // receive first, then send; compute while both are in flight
+      recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, prev, kTagKv);
+      send = ring_.send_async(cur, size_t(kv_n), DType::f32, next, kTagKv);
+      if (!options_.overlap) finish(recv, times_), finish(send, times_);
+    }
+    Timer compute;
+    for (const Segment& qs : mine)
+      for (const Segment& ks : segments(src, Tl)) {
+        AttentionMask mask;
+        if (!pair_mask(qs, ks, &mask)) continue;
+        const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw},
+            vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
+        for (int p0 = 0; p0 < qs.len; p0 += rows) {
+          const int n = std::min(rows, qs.len - p0), row = qs.offset + p0;
+          AttentionMask m = mask;
+          if (m.kind == MaskKind::causal) m.q_start += p0;
+          attention_forward(heads_view(blk_out_.data(), n, H, D), blk_lse_.data(), rows_of(q, row), kb, vb,
+                            {B, n, ks.len, H, Hkv, D}, m, scale);
+          merge_attention_block(rows_of(out, row), lse + row, Tl,
+                                as_const(heads_view(blk_out_.data(), n, H, D)), blk_lse_.data(), B, n, H, D);
+          if (recv) recv->test();
+          if (send) send->test();
+        }
+      }
+    times_.compute += compute.seconds();
+    finish(recv, times_);
+    finish(send, times_);
+    ++times_.steps;
+  }
+}
+
+void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout,
+                                   HeadsView out, const float* lse, HeadsView q, HeadsView k, HeadsView v,
+                                   AttentionDims d) {
+  check_dims(d);
+  const int P = ring_.size(), r = ring_.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
+  const int B = d.B, Tl = d.Tq, H = d.H, Hkv = d.Hkv, D = d.D;
+  const int rows = std::min(options_.progress_rows, Tl);
+  const int64_t kvw = 2 * int64_t(Hkv) * D, kv_n = int64_t(B) * Tl * kvw;
+  const float scale = 1.0f / std::sqrt(float(D));
+  for (int i = 0; i < (P > 1 ? 2 : 1); ++i) ensure(kv_[i], size_t(kv_n)), ensure(dkv_[i], size_t(kv_n));
+  if (P > 1) ensure(dkv_in_, size_t(kv_n));
+  ensure(lse_rows_, size_t(B) * H * rows);
+  pack_kv(kv_[0].data(), k, v, B, Tl, Hkv, D);
+
+  const std::vector<Segment> mine = segments(r, Tl);
+  RequestPtr dkv_recv, dkv_send[2];
+  for (int s = 0; s < P; ++s) {
+    const int src = (r - s + P) % P;
+    const float* cur = kv_[s % 2].data();
+    RequestPtr recv, send;
+    if (s + 1 < P) {
+      recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, prev, kTagKv);
+      send = ring_.send_async(cur, size_t(kv_n), DType::f32, next, kTagKv);
+      if (!options_.overlap) finish(recv, times_), finish(send, times_);
+    }
+    // This step's contribution to block src's dK|dV, before the travelling accumulator is added.
+    float* acc = dkv_[s % 2].data();
+    finish(dkv_send[s % 2], times_);  // sent two steps ago: the buffer is free again
+    std::memset(acc, 0, size_t(kv_n) * sizeof(float));
+    auto poll = [&] {
+      for (RequestPtr* p : {&recv, &send, &dkv_recv, &dkv_send[0], &dkv_send[1]})
+        if (*p) (*p)->test();
+    };
+    Timer compute;
+    for (const Segment& qs : mine)
+      for (const Segment& ks : segments(src, Tl)) {
+        AttentionMask mask;
+        if (!pair_mask(qs, ks, &mask)) continue;
+        const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw},
+            vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
+        const MutHeadsView dkb{acc + ks.offset * kvw, Tl * kvw, kvw},
+            dvb{dkb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
+        for (int p0 = 0; p0 < qs.len; p0 += rows) {
+          const int n = std::min(rows, qs.len - p0), row = qs.offset + p0;
+          AttentionMask m = mask;
+          if (m.kind == MaskKind::causal) m.q_start += p0;
+          // The kernel wants lse [B, H, n]: these rows of the saved [B, H, Tl].
+          for (int bh = 0; bh < B * H; ++bh)
+            std::memcpy(lse_rows_.data() + int64_t(bh) * n, lse + int64_t(bh) * Tl + row,
+                        size_t(n) * sizeof(float));
+          attention_backward(rows_of(dq, row), dkb, dvb, rows_of(dout, row), rows_of(out, row),
+                             lse_rows_.data(), rows_of(q, row), kb, vb, {B, n, ks.len, H, Hkv, D}, m, scale);
+          poll();
+        }
+      }
+    times_.compute += compute.seconds();
+    finish(recv, times_);
+    finish(send, times_);
+    if (P > 1) {
+      // Add the accumulator that arrived for block src and pass it on towards src.
+      if (s > 0) {
+        finish(dkv_recv, times_);  // (already complete without overlap)
+        add(acc, dkv_in_.data(), kv_n);
+      }
+      dkv_recv = ring_.recv_async(dkv_in_.data(), size_t(kv_n), DType::f32, prev, kTagDkv);
+      dkv_send[s % 2] = ring_.send_async(acc, size_t(kv_n), DType::f32, next, kTagDkv);
+      if (!options_.overlap) finish(dkv_recv, times_), finish(dkv_send[s % 2], times_);
+    }
+    ++times_.steps;
+  }
+  // After P hops the accumulator of this rank's own block is back.
+  const float* own = dkv_[0].data();
+  if (P > 1) {
+    finish(dkv_recv, times_);
+    own = dkv_in_.data();
+  }
+  add_kv(dk, dv, own, B, Tl, Hkv, D);
+  finish(dkv_send[0], times_);
+  finish(dkv_send[1], times_);
+}
+
+}  // namespace odyssey

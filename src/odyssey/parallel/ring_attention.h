@@ -1,0 +1,92 @@
+// Ring attention (spec §2.3): each rank of the ring group keeps its queries; key/value blocks travel
+// around the ring, one hop per step, and each rank merges its partial results with the exact LSE
+// merge (lse_merge.h). P steps, P - 1 transfers forward.
+//
+//   forward:  K and V of a block travel in ONE message (packed [B, Tl, 2, Hkv, D]); double-buffered:
+//             the receive of the next block is posted first, then the send of the current one, then
+//             the block is computed while both are in flight (in-flight requests are polled between
+//             kernel calls, since MPI on a CPU progresses only inside MPI calls).
+//   backward: K, V circulate again; the dK/dV accumulator of each block travels with it in fp32 and
+//             returns to its owner after P hops; dQ accumulates locally. Uses the final out and lse.
+//
+// Token layouts (sequence_shard.h): contiguous (rank r holds [r Tl, (r+1) Tl)) or zigzag (chunks r
+// and 2P-1-r of 2P). Every (query chunk, key chunk) pair is classified by global positions: full
+// (all keys before all queries), causal diagonal (overlapping ranges), or skipped (all keys after).
+// Under zigzag every off-diagonal step is the same amount of work on every rank.
+//
+// Bytes per rank per layer (fp32, message bytes as the Communicator counts send/recv, h_kv = Hkv D,
+// c = Tl tokens per rank, P ring ranks):
+//   forward  (P - 1) * B c * 2 h_kv * 4
+//   backward (P - 1) * B c * 2 h_kv * 4  (K, V)  +  P * B c * 2 h_kv * 4  (dK, dV, fp32, P hops)
+// i.e. ≈ 2 N h_kv forward and 4 N h_kv backward per row of N = P c tokens (spec §3).
+#pragma once
+
+#include <vector>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/core/buffer.h"
+#include "odyssey/kernels/attention.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/parallel/sequence_shard.h"
+
+namespace odyssey {
+
+struct RingOptions {
+  RingLayout layout = RingLayout::zigzag;
+  // false: wait for each step's transfers before computing (no overlap; to measure the overlap).
+  bool overlap = true;
+  // Query rows per kernel call; in-flight transfers are polled between calls.
+  int progress_rows = 256;
+};
+
+// Where the time of the calls since reset() went (seconds): block compute (kernel calls and merges)
+// and waiting for transfers that were not complete when the compute ran out.
+struct RingTimes {
+  double compute = 0, wait = 0;
+  int steps = 0;
+};
+
+class RingAttention : public AttentionOp {
+ public:
+  // n_kv_head: key/value heads of the fused qkv (0: as many as query heads).
+  RingAttention(Communicator& ring, RingOptions options = {}, int n_kv_head = 0);
+
+  // AttentionOp over this rank's Tl tokens (in the ring layout): qkv [B, Tl, (H + 2 Hkv) D],
+  // out [B, Tl, H D], lse [B, H, Tl] in local token order.
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                int T, int H, int D) override;
+
+  // The schedule on views (the hybrid runs it on Ulysses' head-sharded tensors). dims.Tq = dims.Tk =
+  // Tl. out [B, Tl, H, D] and lse [B, H, Tl] are overwritten; backward accumulates dq, dk, dv.
+  void forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims);
+  void backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
+                      const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims);
+
+  Communicator& comm() { return ring_; }
+  const RingOptions& options() const { return options_; }
+  void set_overlap(bool on) { options_.overlap = on; }
+  const RingTimes& times() const { return times_; }
+  void reset_times() { times_ = {}; }
+
+  // A run of a rank's tokens: global position of the first, first local row, length.
+  struct Segment {
+    int64_t start;
+    int offset, len;
+  };
+  // The segments of ring rank `rank` holding Tl tokens: one (contiguous) or two (zigzag).
+  std::vector<Segment> segments(int rank, int Tl) const;
+
+ private:
+  void check_dims(const AttentionDims& d) const;
+
+  Communicator& ring_;
+  RingOptions options_;
+  int n_kv_head_;
+  RingTimes times_;
+  // Scratch reused across calls: K|V blocks (two, double-buffered), travelling dK|dV accumulators
+  // (two being sent, one being received), a block's out and lse, a slice of the saved lse.
+  FloatBuffer kv_[2], dkv_[2], dkv_in_, blk_out_, blk_lse_, lse_rows_;
+};
+
+}  // namespace odyssey

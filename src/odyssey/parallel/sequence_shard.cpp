@@ -1,0 +1,64 @@
+#include "odyssey/parallel/sequence_shard.h"
+
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+RingLayout parse_ring_layout(const std::string& name) {
+  if (name == "zigzag") return RingLayout::zigzag;
+  if (name == "contiguous") return RingLayout::contiguous;
+  fail("ring layout '{}' is not one of: zigzag, contiguous", name);
+}
+
+const char* ring_layout_name(RingLayout layout) {
+  return layout == RingLayout::zigzag ? "zigzag" : "contiguous";
+}
+
+void check_sequence_shard(int T, const SequenceShard& s) {
+  ODY_CHECK(s.ulysses >= 1 && s.ring >= 1,
+            "sequence parallel sizes must be positive (sp_ulysses={}, sp_ring={})", s.ulysses, s.ring);
+  ODY_CHECK(s.ulysses_rank >= 0 && s.ulysses_rank < s.ulysses && s.ring_rank >= 0 && s.ring_rank < s.ring,
+            "sequence shard ranks ({}, {}) outside sp_ulysses={} x sp_ring={}", s.ulysses_rank, s.ring_rank,
+            s.ulysses, s.ring);
+  const int U = s.ulysses, R = s.ring;
+  if (s.layout == RingLayout::zigzag && R > 1) {
+    ODY_CHECK(
+        T % (2 * R) == 0 && (T / R) % U == 0,
+        "sequence length {} cannot be split zigzag over sp_ring={} x sp_ulysses={}: it must be a multiple "
+        "of 2*sp_ring={} and T/sp_ring a multiple of sp_ulysses (e.g. a multiple of {})",
+        T, R, U, 2 * R, 2 * R * U);
+  } else {
+    ODY_CHECK(T % (R * U) == 0, "sequence length {} is not a multiple of sp_ulysses x sp_ring = {} x {} = {}",
+              T, U, R, U * R);
+  }
+}
+
+std::vector<int> shard_positions(int T, const SequenceShard& s) {
+  check_sequence_shard(T, s);
+  const int R = s.ring, U = s.ulysses, Tr = T / R;
+  // The ring rank's tokens in local order.
+  std::vector<int> ring_tokens(static_cast<size_t>(Tr));
+  if (s.layout == RingLayout::zigzag && R > 1) {
+    const int c = T / (2 * R), first = s.ring_rank, second = 2 * R - 1 - s.ring_rank;
+    for (int i = 0; i < c; ++i) {
+      ring_tokens[size_t(i)] = first * c + i;
+      ring_tokens[size_t(c + i)] = second * c + i;
+    }
+  } else {
+    for (int i = 0; i < Tr; ++i) ring_tokens[size_t(i)] = s.ring_rank * Tr + i;
+  }
+  const int Tl = Tr / U;
+  return {ring_tokens.begin() + s.ulysses_rank * Tl, ring_tokens.begin() + (s.ulysses_rank + 1) * Tl};
+}
+
+void shard_rows(int32_t* dst, const int32_t* src, int B, int T, const std::vector<int>& positions) {
+  const int Tl = int(positions.size());
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < Tl; ++i) {
+      ODY_CHECK(positions[size_t(i)] >= 0 && positions[size_t(i)] < T,
+                "shard position {} outside a row of {}", positions[size_t(i)], T);
+      dst[int64_t(b) * Tl + i] = src[int64_t(b) * T + positions[size_t(i)]];
+    }
+}
+
+}  // namespace odyssey

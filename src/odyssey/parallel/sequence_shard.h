@@ -1,0 +1,45 @@
+// Which tokens of a row a sequence-parallel rank holds (DESIGN.md: SP ranks split each row's
+// sequence, in zigzag order where the ring is used). Applied once when the batch is sliced, to
+// tokens, targets and positions alike, so every rank's tokens carry their global positions.
+//
+// A row of T tokens over R ring ranks and U Ulysses ranks (P = U * R):
+//   zigzag (R > 1): the row is cut into 2R chunks of T / 2R; ring rank r holds chunks r and 2R-1-r,
+//                   in that order, which balances causal work around the ring;
+//   contiguous:     ring rank r holds [r T / R, (r + 1) T / R).
+// Ulysses rank u then takes the u-th of U contiguous pieces of its ring rank's tokens, so that the
+// Ulysses all-to-all (which concatenates the pieces in Ulysses rank order) rebuilds exactly the
+// ring rank's tokens. With R = 1 both layouts are the contiguous split.
+//
+// Divisibility (checked, the error names the sizes):
+//   zigzag, R > 1: T % 2R == 0 and (T / R) % U == 0   (T % lcm(2R, R U) == 0; 2RU always works)
+//   otherwise:     T % (R U) == 0
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace odyssey {
+
+enum class RingLayout { contiguous, zigzag };
+RingLayout parse_ring_layout(const std::string& name);  // "contiguous" | "zigzag"
+const char* ring_layout_name(RingLayout layout);
+
+struct SequenceShard {
+  int ulysses = 1, ring = 1;            // group sizes
+  int ulysses_rank = 0, ring_rank = 0;  // this rank's place in them
+  RingLayout layout = RingLayout::zigzag;
+
+  int ranks() const { return ulysses * ring; }
+};
+
+// Fails (odyssey::Error) when a row of T tokens cannot be split this way.
+void check_sequence_shard(int T, const SequenceShard& s);
+
+// Global positions of this rank's T / (U R) tokens, in local order (GPT2::forward's `positions`).
+std::vector<int> shard_positions(int T, const SequenceShard& s);
+
+// dst [B, Tl] = src[b, positions[i]] for a [B, T] array (tokens or targets), Tl = positions.size().
+void shard_rows(int32_t* dst, const int32_t* src, int B, int T, const std::vector<int>& positions);
+
+}  // namespace odyssey

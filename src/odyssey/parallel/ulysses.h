@@ -1,0 +1,79 @@
+// DeepSpeed-Ulysses (spec §2.2): attention over the whole sequence for a slice of the heads. The
+// Ulysses group's U ranks each hold Tl = T / U tokens of every row (sequence_shard.h); one
+// all-to-all turns the fused qkv from sequence-sharded into head-sharded, attention runs on
+// the full sequence for the rank's heads, one all-to-all turns the output back.
+//
+//   qkv  [B, Tl, (H + 2 Hkv) D]  --a2a-->  [B, U Tl, (H/U + 2 Hkv_l) D]   (Q, K, V in one call)
+//   out  [B, U Tl, H/U, D]       --a2a-->  [B, Tl, H D]
+//   backward: dout a2a in, local backward, dq|dk|dv a2a back (replicated KV grads summed).
+//
+// Heads: H % U == 0; rank j gets query heads [j H/U, (j+1) H/U). Key/value heads (GQA, Hkv <= H):
+//   Hkv % U == 0: rank j gets kv heads [j Hkv/U, (j+1) Hkv/U) (Hkv_l = Hkv / U);
+//   U % Hkv == 0: kv head j / (U / Hkv), i.e. each kv head replicated to the U / Hkv ranks whose
+//                 query heads read it (Hkv_l = 1), and their gradients summed on the way back;
+//   otherwise an error naming the sizes.
+//
+// With an inner RingAttention (the hybrid, usp_attention.h) the head-sharded tensors hold the ring
+// rank's U Tl tokens and attention runs around the ring; without one it is the kernel, causal over
+// the whole row.
+//
+// State kept between forward and backward, per layer (keyed by the qkv pointer the model passes,
+// one buffer per layer): the head-sharded qkv and out, 4 B Tl C floats for MHA, so backward needs
+// only the dout and dqkv all-to-alls. The lse the model stores is this rank's HEAD-sharded
+// [B, H/U, U Tl] (same element count as [B, H, Tl]); only this op's backward reads it.
+//
+// Bytes per rank per layer (all-to-all bus bytes, (U-1)/U of each full buffer; h = H D,
+// h_kv' = U Hkv_l D — h_kv, or U D with replication):
+//   forward  (U-1)/U * B Tl * (2 h + 2 h_kv') * 4      (qkv in, out back)
+//   backward (U-1)/U * B Tl * (2 h + 2 h_kv') * 4      (dout in, dqkv back)
+// = (U-1)/U * 4 N h / U per row of N tokens for MHA: constant when N and U grow together.
+#pragma once
+
+#include <unordered_map>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/core/buffer.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/parallel/ring_attention.h"
+
+namespace odyssey {
+
+// The head split of H query and Hkv key/value heads over U ranks (checked on construction).
+struct UlyssesHeads {
+  int H, Hkv, U;
+  int local_heads() const { return H / U; }
+  int local_kv_heads() const { return Hkv >= U ? Hkv / U : 1; }
+  int first_head(int rank) const { return rank * local_heads(); }
+  int first_kv_head(int rank) const { return Hkv >= U ? rank * local_kv_heads() : rank / (U / Hkv); }
+
+  UlyssesHeads(int H, int Hkv, int U);
+};
+
+class UlyssesAttention : public AttentionOp {
+ public:
+  // n_kv_head: key/value heads of the fused qkv (0: as many as query heads). inner (not owned):
+  // ring attention over the head-sharded tensors (the hybrid), or null.
+  UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr);
+
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                int T, int H, int D) override;
+
+  // Drops the saved head-sharded activations (e.g. when the batch shape changes for good).
+  void clear() { saved_.clear(); }
+  size_t saved_bytes() const;
+
+ private:
+  struct Saved {
+    int B = 0, T = 0, H = 0, D = 0;
+    FloatBuffer qkv, out;  // [B, U T, (H/U + 2 Hkv_l) D], [B, U T, H/U D]
+  };
+
+  Communicator& comm_;
+  int n_kv_head_;
+  RingAttention* inner_;
+  std::unordered_map<const float*, Saved> saved_;
+  FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
+};
+
+}  // namespace odyssey

@@ -1,0 +1,59 @@
+// Sequence-parallel attention for a (sp_ulysses, sp_ring) layout, the op the trainer installs with
+// GPT2::set_attention (spec §2.6, USP / LoongTrain's head x context 2-D):
+//   U > 1, R = 1: Ulysses (ulysses.h);
+//   U = 1, R > 1: ring attention (ring_attention.h), zigzag or contiguous;
+//   U > 1, R > 1: the hybrid: the Ulysses all-to-all inside the ulysses group (contiguous ranks,
+//                 intra-node first), then ring attention across the ring group over the
+//                 head-sharded tensors (H/U heads, the ring rank's T/R tokens), then the
+//                 all-to-all back;
+//   U = R = 1:    the ring of one rank, i.e. local causal attention.
+// Each rank's tokens must be the ones shard() describes (sequence_shard.h). Needs H % U == 0 and
+// the KV rule of ulysses.h; no head constraint from the ring.
+//
+// Bytes per rank per layer: Ulysses' (ulysses.h, over U with Tl = T/(U R) tokens) plus the ring's
+// (ring_attention.h, over R with c = T/R tokens of H/U heads): forward
+//   (U-1)/U B Tl (2h + 2h_kv') 4  +  B (T/R) 2 (h_kv'/U) 4,
+// backward the same Ulysses part plus (R-1 + R) B (T/R) 2 (h_kv'/U) 4.
+#pragma once
+
+#include <memory>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/parallel/ring_attention.h"
+#include "odyssey/parallel/sequence_shard.h"
+#include "odyssey/parallel/ulysses.h"
+
+namespace odyssey {
+
+struct SpAttentionOptions {
+  RingLayout layout = RingLayout::zigzag;
+  int n_kv_head = 0;  // 0: as many as query heads (GPT-2)
+  bool overlap = true;
+  int progress_rows = 256;
+};
+
+class SequenceParallelAttention : public AttentionOp {
+ public:
+  // ulysses, ring: the grid's sp_ulysses and sp_ring groups (not owned; must outlive the op).
+  SequenceParallelAttention(Communicator& ulysses, Communicator& ring, SpAttentionOptions options = {});
+
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                int T, int H, int D) override;
+
+  // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()).
+  SequenceShard shard() const;
+  RingAttention* ring() { return ring_.get(); }           // null without a ring
+  UlyssesAttention* ulysses() { return ulysses_.get(); }  // null without Ulysses
+
+ private:
+  Communicator& ulysses_comm_;
+  Communicator& ring_comm_;
+  SpAttentionOptions options_;
+  std::unique_ptr<RingAttention> ring_;
+  std::unique_ptr<UlyssesAttention> ulysses_;
+  AttentionOp* op_ = nullptr;
+};
+
+}  // namespace odyssey
