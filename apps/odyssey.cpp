@@ -9,6 +9,7 @@
 
 #include "odyssey/checkpoint/checkpoint.h"
 #include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/checkpoint/inspect.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/log.h"
@@ -46,6 +47,7 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& ov
                         {"tokens_per_s", r.tokens_per_s},
                         {"checkpoint", r.checkpoint}};
   if (r.val_loss >= 0) out["val_loss"] = r.val_loss;
+  if (r.stopped_by_signal) out["stopped_by_signal"] = true;
   std::cout << out.dump() << std::endl;
   return 0;
 }
@@ -139,7 +141,9 @@ int cmd_import(const std::string& from, const std::string& input, const std::str
   ModelConfig config = read_hf_gpt2_config(input);
   GPT2 model(config);
   import_hf_gpt2(input, config, model.params());
-  CheckpointState state{config, 0, 0, 0, {{"imported_from", input}}};
+  CheckpointState state;
+  state.model = config;
+  state.run = {{"imported_from", input}};
   std::string dir = save_checkpoint(output, state, model.table(), model.params(), nullptr, nullptr);
   log_info("imported {} into {}", input, dir);
   return 0;
@@ -209,6 +213,14 @@ int main(int argc, char** argv) {
       ->required();
   imp->add_option("--output", output, "run directory to write the checkpoint into")->required();
 
+  std::string inspect_path;
+  auto* ckpt = app.add_subcommand("checkpoint", "work with checkpoints");
+  ckpt->require_subcommand(1);
+  auto* inspect = ckpt->add_subcommand(
+      "inspect",
+      "print a checkpoint's manifest, tensors and slices; verify every checksum (exit 1 on a problem)");
+  inspect->add_option("DIR", inspect_path, "checkpoint or run directory")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     // Training is the multi-rank command: the MPI runtime ends every rank on an error on any.
@@ -224,6 +236,7 @@ int main(int argc, char** argv) {
     }
     if (*exp) return cmd_export(checkpoint, to, output);
     if (*imp) return cmd_import(from, input, output);
+    if (*inspect) return inspect_checkpoint(inspect_path, std::cout) == 0 ? 0 : 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "odyssey: error: %s\n", e.what());
     return 1;

@@ -39,8 +39,8 @@ if [ -e "$WORK/run" ]; then fail "a failing run wrote $WORK/run"; else echo "ok:
 expect_error "eval without checkpoint" "no such directory" "$ODYSSEY" eval --checkpoint "$WORK/none" --data "$WORK/data/shards/val_*.bin"
 "$ODYSSEY" train --config "$cfg" --set train.steps=0 >/dev/null 2>&1 || fail "train.steps=0 failed"
 ck=$(ls -d "$WORK"/run/step_* | head -n 1)
-[ -f "$ck/model.safetensors" ] && echo "ok: train.steps=0 wrote the initial checkpoint" || fail "no initial checkpoint"
-printf 'X' | dd of="$ck/model.safetensors" bs=1 seek=500 conv=notrunc status=none
-expect_error "corrupt checkpoint" "model.safetensors: checksum mismatch" \
+[ -f "$ck/params.rank00000.safetensors" ] && echo "ok: train.steps=0 wrote the initial checkpoint" || fail "no initial checkpoint"
+printf 'X' | dd of="$ck/params.rank00000.safetensors" bs=1 seek=20000 conv=notrunc status=none
+expect_error "corrupt checkpoint" "params.rank00000.safetensors: tensor .* fails its checksum" \
   "$ODYSSEY" eval --checkpoint "$WORK/run" --data "$WORK/data/shards/val_*.bin"
 finish

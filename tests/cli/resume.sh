@@ -21,8 +21,9 @@ else
   fail "metrics differ: $(diff <(strip "$WORK/full/metrics.jsonl") <(strip "$WORK/split/metrics.jsonl") | head -5)"
 fi
 [ "$(wc -l <"$WORK/split/metrics.jsonl")" -eq 20 ] || fail "resumed metrics should have 20 lines"
-if cmp -s "$WORK/full/step_00000020/model.safetensors" "$WORK/split/step_00000020/model.safetensors" &&
-  cmp -s "$WORK/full/step_00000020/optimizer.safetensors" "$WORK/split/step_00000020/optimizer.safetensors"; then
+if (for k in params m v; do
+  cmp -s "$WORK/full/step_00000020/$k.rank00000.safetensors" "$WORK/split/step_00000020/$k.rank00000.safetensors" || exit 1
+done); then
   echo "ok: final weights and optimizer state bit-identical"
 else
   fail "final checkpoints differ"

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "odyssey/checkpoint/safetensors.h"
+#include "odyssey/checkpoint/sliced.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 
@@ -14,21 +15,9 @@ namespace fs = std::filesystem;
 namespace odyssey {
 namespace {
 
-std::string step_name(int64_t step) {
-  return fmt::format("step_{:08d}", step);
-}
-
 std::string file_checksum(const std::string& path) {
   auto bytes = read_binary_file(path);
   return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
-}
-
-// Tensors of the table over one flat buffer, named prefix + table name.
-std::vector<StTensorRef> tensor_refs(const ParamTable& table, const float* base, const std::string& prefix) {
-  std::vector<StTensorRef> refs;
-  for (const ParamInfo& p : table.tensors())
-    refs.push_back({prefix + p.name, StDtype::F32, p.shape, base + p.offset});
-  return refs;
 }
 
 void read_tensors(const SafetensorsFile& file, const ParamTable& table, float* base,
@@ -61,59 +50,20 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& state, const ParamTable& table,
                             const float* params, const float* m, const float* v, int keep) {
+  const std::string tmp_dir = checkpoint_tmp_dir(run_dir, state.step);
   fs::create_directories(run_dir);
-  const std::string final_dir = run_dir + "/" + step_name(state.step);
-  const std::string tmp_dir = run_dir + "/." + step_name(state.step) + ".tmp";
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
-
-  std::vector<std::string> files = {"model.safetensors"};
-  write_safetensors(tmp_dir + "/model.safetensors", tensor_refs(table, params, ""), {{"format", "pt"}});
-  if (m && v) {
-    auto refs = tensor_refs(table, m, "m.");
-    auto vrefs = tensor_refs(table, v, "v.");
-    refs.insert(refs.end(), vrefs.begin(), vrefs.end());
-    write_safetensors(tmp_dir + "/optimizer.safetensors", refs);
-    files.push_back("optimizer.safetensors");
+  const int64_t total = table.total();
+  std::vector<std::vector<WrittenFile>> files;
+  for (const float* buf : {params, m, v}) {
+    if (!buf) break;  // weights only
+    const std::string& kind = checkpoint_kinds()[files.size()];
+    files.push_back({write_slice_file(tmp_dir, kind, 0, table, {{0, total, buf}})});
   }
-  nlohmann::json manifest = {{"format", "odyssey-checkpoint"},
-                             {"format_version", kCheckpointFormatVersion},
-                             {"model", model_config_to_json(state.model)},
-                             {"step", state.step},
-                             {"next_row", state.next_row},
-                             {"seed", state.seed},
-                             {"run", state.run},
-                             {"layout", {{"world_size", 1}}},
-                             {"files", nlohmann::json::object()}};
-  for (const std::string& f : files) {
-    std::string path = tmp_dir + "/" + f;
-    manifest["files"][f] = {{"xxh3_64", file_checksum(path)}, {"bytes", fs::file_size(path)}};
-  }
-  write_text_atomic(tmp_dir + "/manifest.json", manifest.dump(2) + "\n");
-  fsync_dir(tmp_dir);
-
-  // Replace an existing checkpoint of the same step only once the new one is complete.
-  if (fs::exists(final_dir)) {
-    std::string old_dir = run_dir + "/." + step_name(state.step) + ".old";
-    fs::remove_all(old_dir);
-    fs::rename(final_dir, old_dir);
-    fs::rename(tmp_dir, final_dir);
-    fs::remove_all(old_dir);
-  } else {
-    fs::rename(tmp_dir, final_dir);
-  }
-  fsync_dir(run_dir);
-
-  if (keep > 0) {
-    std::vector<std::string> steps;
-    for (const auto& e : fs::directory_iterator(run_dir)) {
-      std::string name = e.path().filename().string();
-      if (e.is_directory() && name.rfind("step_", 0) == 0) steps.push_back(name);
-    }
-    std::sort(steps.begin(), steps.end());
-    for (size_t i = 0; i + size_t(keep) < steps.size(); ++i) fs::remove_all(run_dir + "/" + steps[i]);
-  }
-  return final_dir;
+  CheckpointState s = state;
+  if (s.layout.empty()) s.layout = {{"world_size", 1}, {"dp", 1}, {"zero_stage", 0}};
+  return commit_checkpoint(run_dir, tmp_dir, s, table, 1, files, keep);
 }
 
 std::string find_latest_checkpoint(const std::string& run_dir) {
@@ -157,6 +107,15 @@ CheckpointState read_checkpoint_manifest(const std::string& dir) {
     state.next_row = manifest.at("next_row").get<uint64_t>();
     state.seed = manifest.at("seed").get<uint64_t>();
     state.run = manifest.value("run", nlohmann::json::object());
+    state.layout = manifest.value("layout", nlohmann::json::object());
+    state.schedule = manifest.value("schedule", nlohmann::json::object());
+    state.format_version = version;
+    state.manifest = manifest;
+    if (version >= 2) {
+      check_sliced_manifest(dir, state, nullptr);
+      return state;
+    }
+    // Format 1: every file is read whole, so verify them all here.
     for (auto& [name, info] : manifest.at("files").items()) {
       std::string file = dir + "/" + name;
       ODY_CHECK(fs::exists(file), "{}: file {} listed in the manifest is missing", dir, name);
@@ -175,6 +134,14 @@ CheckpointState read_checkpoint_manifest(const std::string& dir) {
 CheckpointState load_checkpoint(const std::string& dir, const ParamTable& table, float* params, float* m,
                                 float* v) {
   CheckpointState state = read_checkpoint_manifest(dir);
+  if (state.format_version >= 2) {
+    check_sliced_manifest(dir, state, &table);
+    const std::vector<DenseRange> all = {{0, table.total()}};
+    read_slices(dir, state, table, "params", all, params);
+    if (m) read_slices(dir, state, table, "m", all, m);
+    if (v) read_slices(dir, state, table, "v", all, v);
+    return state;
+  }
   SafetensorsFile model(dir + "/model.safetensors");
   read_tensors(model, table, params, "");
   if (m || v) {

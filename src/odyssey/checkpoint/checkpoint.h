@@ -1,13 +1,14 @@
-// The run checkpoint (simple, single-layout form; the universal reshardable format extends it).
+// Run checkpoints: a directory per step holding a manifest and safetensors files.
 //
-//   <run dir>/step_00000010/
+// Format 2 (written now; see sliced.h) stores every tensor as slices written in parallel by the ranks
+// that own them, and can be read back under any layout. Format 1 (still read) was single-layout:
 //     manifest.json          format version, model config, step, data position, seed, run config,
-//                            layout, and an xxh64 checksum and size of every file below
+//                            layout, and an xxh3 checksum and size of every file below
 //     model.safetensors      parameters under their table names (fp32)
 //     optimizer.safetensors  AdamW moments "m.<name>", "v.<name>" (absent in a weights-only save)
 //
-// Written into "<run dir>/.step_00000010.tmp/" and renamed when complete, so a crash never leaves a
-// directory named step_* that looks whole; loading verifies every checksum before use.
+// Both are written into "<run dir>/.step_00000010.tmp/" and renamed when complete, so a crash never
+// leaves a directory named step_* that looks whole.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@
 
 namespace odyssey {
 
-constexpr int kCheckpointFormatVersion = 1;
+constexpr int kCheckpointFormatVersion = 2;
 
 struct CheckpointState {
   ModelConfig model;
@@ -28,10 +29,14 @@ struct CheckpointState {
   uint64_t next_row = 0;  // rows of the training data consumed (the data position)
   uint64_t seed = 0;
   nlohmann::json run;  // the run configuration and anything else worth recording
+  nlohmann::json layout = nlohmann::json::object();    // what it was written with (dp, ZeRO stage, ...)
+  nlohmann::json schedule = nlohmann::json::object();  // learning-rate schedule state
+  int format_version = kCheckpointFormatVersion;       // as read
+  nlohmann::json manifest;                             // the whole manifest, as read
 };
 
-// Saves params (and m, v when non-null) as <run_dir>/step_XXXXXXXX and returns that path. Keeps only
-// the newest `keep` checkpoints when keep > 0.
+// Saves params (and m, v when non-null) from one process as <run_dir>/step_XXXXXXXX (format 2, one
+// writer) and returns that path. Keeps only the newest `keep` checkpoints when keep > 0.
 std::string save_checkpoint(const std::string& run_dir, const CheckpointState& state, const ParamTable& table,
                             const float* params, const float* m, const float* v, int keep = 0);
 
@@ -42,7 +47,8 @@ std::string find_latest_checkpoint(const std::string& run_dir);
 // Accepts a checkpoint directory, or a run directory (its newest checkpoint). Fails naming the path.
 std::string resolve_checkpoint(const std::string& path);
 
-// Reads and checks the manifest (format version, every file's size and checksum).
+// Reads and checks the manifest: format version, every listed file present with its size (format 1:
+// and its checksum; format 2 checks each slice's checksum when it is read).
 CheckpointState read_checkpoint_manifest(const std::string& dir);
 
 // Loads params (and m, v when non-null; they must then be present) into buffers laid out by table.

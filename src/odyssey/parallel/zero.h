@@ -11,6 +11,11 @@
 // again for the LM head and kept across the head's backward until the embedding backward is done —
 // two gathers per micro-step like every other unit, so ZeRO-3 moves 3 Ψ per micro-step.
 //
+// Compressed communication (comm.*, parallel/comm_options.h): the parameter all-gather of stages 1-2
+// becomes qWD (sdp4bit.h) or a block-quantized gather of a separate fp32 master shard (zeropp.h); the
+// unit gathers of stage 3 become qwZ, with hpZ the backward ones run inside the node; the gradient
+// reduce-scatter becomes a one-level or two-level quantized all-to-all reduction.
+//
 // Sharding (parallel/shard.h): stages 1-2 shard per bucket, stage 3 per unit; each segment is padded
 // to a multiple of dp. Ψ_pad = Σ padded segment sizes is what the bytes theory uses.
 #pragma once
@@ -18,13 +23,16 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
 #include "odyssey/model/gpt2.h"
 #include "odyssey/optim/adamw.h"
+#include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/data_parallel.h"
 #include "odyssey/parallel/shard.h"
+#include "odyssey/parallel/zeropp.h"
 
 namespace odyssey {
 
@@ -33,6 +41,15 @@ struct ZeroOptions {
   double bucket_mb = 25;  // gradient bucket size (stages 0-2); stage 3 reduces per unit
   bool overlap = true;    // reduce buckets during backward (false: all after, for benchmarks)
   int max_in_flight = 2;  // stage 2/3: bucket reductions outstanding at once
+  CommOptions comm;       // compressed collectives (default: none)
+};
+
+// Bus bytes of the last optimizer step (its micro-steps and the update), per rank, by purpose and
+// level, measured from CommStats.
+struct CommTraffic {
+  uint64_t weights_intra = 0, weights_inter = 0, grads_intra = 0, grads_inter = 0;
+  // Divided by the parameter count: {"weights_intra": ..., ...}.
+  nlohmann::json per_param_json(int64_t params) const;
 };
 
 // Per-rank bytes. params/grads/optimizer: persistent storage; comm_buffers: peak of gathered units,
@@ -58,8 +75,8 @@ class ZeroEngine : public LayerHooks {
   void gather_to_root(float* params, float* m, float* v, bool with_moments);
 
   void zero_grad();
-  void begin_micro_step(bool last) { grads_->begin_micro_step(last); }
-  void end_micro_step() { grads_->finish(); }
+  void begin_micro_step(bool last);
+  void end_micro_step();
   // Global gradient norm (collective for stages >= 1).
   double grad_norm();
   // AdamW on this rank's elements, then (stages 1-2) the parameter all-gather.
@@ -67,8 +84,19 @@ class ZeroEngine : public LayerHooks {
 
   MemoryReport memory() const;
   const Partition& partition() const { return *part_; }
+  // This rank's fp32 master state, for checkpoints. Parameters are in the local layout under stage 3
+  // and under comm.weights (stages 1-2 keep a separate master shard, the replica being quantized),
+  // else in the full padded layout; the moments are in the local layout (stage 0: the whole buffer).
+  const float* param_storage() const { return master_.size() ? master_.data() : params_.data(); }
+  bool param_storage_local() const { return opt_.stage == 3 || master_.size() > 0; }
+  const float* m_storage() const { return m_.data(); }
+  const float* v_storage() const { return v_.data(); }
   int stage() const { return opt_.stage; }
   double grad_wait_seconds() const { return grads_->wait_seconds(); }
+  const CommTraffic& traffic() const { return traffic_; }
+  // The weights the model computes with: stages 0-2 the full replica (padded layout), stage 3 the
+  // local shard. Under comm.weights these differ from the master weights by one step's quantization.
+  std::span<const float> model_weights() const { return {params_.data(), params_.size()}; }
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -79,9 +107,18 @@ class ZeroEngine : public LayerHooks {
   struct Gathered {
     FloatBuffer buf;  // the unit's padded segment
     RequestPtr request;
+    QuantizedGather quantized;  // qwZ: in flight instead of request
+    bool forward = false;       // hpZ: a full-group gather whose result seeds the secondary shard
+  };
+  struct Snapshot {
+    uint64_t gather[2], reduce[2];  // [inter, intra]
   };
   float* unit_params(int unit);
-  void gather_start(int unit);
+  void gather_start(int unit, bool forward);
+  void gather_weights_after_step(int64_t step);
+  void reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
+  Snapshot snapshot() const;
+  void add_traffic(const Snapshot& before, bool gathers_are_weights);
   void acquire(int unit);
   void release(int unit);
   void release_all();
@@ -97,6 +134,15 @@ class ZeroEngine : public LayerHooks {
   std::vector<Gathered> gathered_;  // stage 3, per unit
   bool head_next_ = false;          // stage 3: the next forward use of unit 0 is the LM head
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+
+  // Compressed communication.
+  std::unique_ptr<Communicator> intra_, inter_;  // the dp ranks on my node; those with my local index
+  FloatBuffer master_;                           // stages 1-2 with comm.weights: the fp32 master shard
+  std::vector<FloatBuffer> secondary_;           // hpZ: per unit, my 1/D of it
+  WireFormat weight_format_, grad_intra_format_, grad_inter_format_;
+  uint32_t grad_round_ = 0, micro_ = 0;
+  CommTraffic traffic_;
+  Snapshot micro_start_{};
 };
 
 }  // namespace odyssey

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/metrics.h"
+#include "odyssey/train/sharded_checkpoint.h"
 
 namespace odyssey {
 
@@ -71,6 +73,31 @@ nlohmann::json run_config_json(const RunConfig& c) {
             {"grad_clip", c.train.grad_clip},
             {"seed", c.train.seed}}}};
 }
+
+// SIGTERM/SIGINT only raise this flag; the loop acts on it at a step boundary (saving first).
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
+
+// Installs the stop handlers for the duration of a run and restores the previous ones.
+struct StopSignals {
+  struct sigaction old_term {
+  }, old_int{};
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGINT, &sa, &old_int);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGINT, &old_int, nullptr);
+  }
+};
 
 // Refuses to resume a checkpoint whose model differs from the configured one, naming the key.
 void check_same_model(const ModelConfig& want, const ModelConfig& have, const std::string& dir) {
@@ -130,6 +157,17 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   ZeroOptions zo;
   zo.stage = pc.zero_stage;
   zo.bucket_mb = pc.bucket_mb;
+  zo.comm.weights = config.comm.weights;
+  zo.comm.grads = config.comm.grads;
+  zo.comm.hpz = config.comm.hpz;
+  zo.comm.seed = tc.seed;
+  {
+    // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
+    const std::vector<int>& node = grid.members(GridGroup::intra_node);
+    int local = 0;
+    for (int r : grid.members(GridGroup::dp)) local += std::count(node.begin(), node.end(), r) > 0;
+    zo.comm.ranks_per_node = local;
+  }
   ZeroEngine engine(model, dp, zo);
 
   // Data first: a bad shard is refused before anything is written.
@@ -140,45 +178,58 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   if (!config.data.val.empty())
     val_data = std::make_unique<TokenDataset>(config.data.val, T, config.model.vocab_size, false, tc.seed);
 
-  // Every rank reads the full state (init or checkpoint) and keeps what its ZeRO stage keeps.
+  // A checkpoint (any layout) is read slice by slice, each rank taking what its ZeRO stage keeps;
+  // a fresh start initializes the full state on every rank.
   int64_t start_step = 0;
   std::string latest = config.checkpoint.resume ? find_latest_checkpoint(config.checkpoint.dir) : "";
-  {
-    FloatBuffer params(P), m, v;
-    if (!latest.empty()) {
-      m.resize(P);
-      v.resize(P);
-      CheckpointState state = read_checkpoint_manifest(latest);
-      check_same_model(config.model, state.model, latest);
-      state = load_checkpoint(latest, table, params.data(), m.data(), v.data());
-      start_step = state.step;
-      ODY_CHECK(
-          state.next_row == uint64_t(start_step) * uint64_t(tc.global_batch),
-          "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
-          latest, state.next_row, start_step);
-      if (root) log_info("resumed from {} (step {})", latest, start_step);
-    } else {
-      init_parameters(params.data(), table, config.model, tc.seed);
-    }
-    engine.load(params.data(), m.size() ? m.data() : nullptr, v.size() ? v.data() : nullptr);
+  if (!latest.empty()) {
+    CheckpointState state = read_checkpoint_manifest(latest);
+    check_same_model(config.model, state.model, latest);
+    Timer load_timer;
+    state = load_sharded_checkpoint(latest, engine, table);
+    const double load_s = load_timer.seconds();
+    start_step = state.step;
+    ODY_CHECK(
+        state.next_row == uint64_t(start_step) * uint64_t(tc.global_batch),
+        "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
+        latest, state.next_row, start_step);
+    if (root)
+      log_info("resumed from {} (step {}, written at world size {}, ZeRO stage {}; loaded in {:.2f} s)",
+               latest, start_step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
+               load_s);
+  } else {
+    FloatBuffer params(P);
+    init_parameters(params.data(), table, config.model, tc.seed);
+    engine.load(params.data(), nullptr, nullptr);
   }
 
   LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
   AdamWConfig adamw{tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
-  // Collective: the shards meet on rank 0, which writes the (single-layout) checkpoint.
+  // Collective: every rank writes its own slices in parallel (sharded_checkpoint.h).
   auto save = [&](int64_t step) {
-    FloatBuffer params(root ? P : 0), m(root ? P : 0), v(root ? P : 0);
-    engine.gather_to_root(params.data(), m.data(), v.data(), true);
-    std::string dir = fmt::format("{}/step_{:08d}", config.checkpoint.dir, step);
-    if (root) {
-      CheckpointState state{config.model, step, uint64_t(step) * uint64_t(tc.global_batch), tc.seed,
-                            run_config_json(config)};
-      state.run["parallel"] = {{"dp", ranks}, {"zero_stage", pc.zero_stage}, {"world_size", world.size()}};
-      dir = save_checkpoint(config.checkpoint.dir, state, table, params.data(), m.data(), v.data(),
-                            config.checkpoint.keep);
-    }
-    world.barrier();  // nobody reads or resumes before rank 0 has renamed it into place
-    return dir;
+    CheckpointState state;
+    state.model = config.model;
+    state.step = step;
+    state.next_row = uint64_t(step) * uint64_t(tc.global_batch);
+    state.seed = tc.seed;
+    state.run = run_config_json(config);
+    state.layout = {{"world_size", world.size()},
+                    {"dp", ranks},
+                    {"zero_stage", pc.zero_stage},
+                    {"tp", pc.tp},
+                    {"pp", pc.pp},
+                    {"sp_ulysses", pc.sp_ulysses},
+                    {"sp_ring", pc.sp_ring},
+                    {"bucket_mb", pc.bucket_mb}};
+    state.schedule = {{"name", tc.schedule},
+                      {"lr", tc.lr},
+                      {"min_lr", tc.min_lr},
+                      {"warmup_steps", tc.warmup_steps},
+                      {"total_steps", tc.steps},
+                      {"step", step},
+                      {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
+    state.run["parallel"] = state.layout;
+    return save_sharded_checkpoint(dp, engine, table, state, config.checkpoint.dir, config.checkpoint.keep);
   };
 
   const double flops_per_token = training_flops_per_token(config.model, T);
@@ -208,6 +259,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   const float dloss = 1.0f / float(int64_t(tc.global_batch) * T);
   double total_tokens_per_s = 0;
   int64_t steps_run = 0;
+  StopSignals stop_signals;
   int64_t end_step = tc.steps;
   if (tc.exit_after > 0) end_step = std::min(end_step, start_step + tc.exit_after);
 
@@ -264,6 +316,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
                              {"tokens_per_s", tokens_per_s},
                              {"mfu", mfu},
                              {"comm", comm},
+                             {"comm_bytes_per_param", engine.traffic().per_param_json(int64_t(P))},
                              {"memory", memory.to_json()}};
     const bool last = step + 1 == end_step;
     const bool eval_now = val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
@@ -282,11 +335,23 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
           step + 1, tc.steps, loss, eval_now ? fmt::format(" | val {:.4f}", double(record["val_loss"])) : "",
           lr, grad_norm, ms, tokens_per_s, 100 * mfu, double(comm["total_bytes"]) / 1e6);
     if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last) save(step + 1);
+    // Every rank learns whether any rank was signalled, so all stop (and save) at the same step.
+    int32_t stop = g_stop_signal;
+    world.all_reduce(&stop, 1, DType::i32);
+    if (stop != 0 && !last) {
+      result.stopped_by_signal = true;
+      if (root) log_info("stop signal received: saving step {} and exiting", step + 1);
+      break;
+    }
   }
   result.tokens_per_s = steps_run ? total_tokens_per_s / double(steps_run) : 0;
   if (val_data && steps_run == 0)
     result.val_loss = evaluate_loss(model, *val_data, tc.eval_rows, tc.micro_batch);
-  result.checkpoint = save(result.steps);
+  // A signal right after a periodic save does not write the same step twice.
+  const std::string saved = fmt::format("{}/step_{:08d}", config.checkpoint.dir, result.steps);
+  const bool just_saved =
+      result.stopped_by_signal && config.checkpoint.every > 0 && result.steps % config.checkpoint.every == 0;
+  result.checkpoint = just_saved ? saved : save(result.steps);
   if (root) log_info("checkpoint: {}", result.checkpoint);
   return result;
 }

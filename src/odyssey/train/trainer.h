@@ -16,12 +16,13 @@
 namespace odyssey {
 
 struct TrainResult {
-  int64_t steps = 0;           // optimizer steps completed (including resumed ones)
-  double last_loss = 0;        // training loss of the last step
-  double val_loss = -1;        // final validation loss (-1: no val data)
-  double tokens_per_s = 0;     // mean over the steps of this invocation
-  std::string checkpoint;      // the final checkpoint written
-  std::vector<double> losses;  // training loss of every step of this invocation (global mean)
+  int64_t steps = 0;               // optimizer steps completed (including resumed ones)
+  double last_loss = 0;            // training loss of the last step
+  double val_loss = -1;            // final validation loss (-1: no val data)
+  double tokens_per_s = 0;         // mean over the steps of this invocation
+  std::string checkpoint;          // the final checkpoint written
+  std::vector<double> losses;      // training loss of every step of this invocation (global mean)
+  bool stopped_by_signal = false;  // SIGTERM/SIGINT: stopped early after saving the checkpoint
 };
 
 // Trains over every rank of world (collective; only world rank 0 writes metrics, console lines and

@@ -1,0 +1,317 @@
+#include "odyssey/checkpoint/sliced.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "odyssey/checkpoint/safetensors.h"
+#include "odyssey/core/error.h"
+#include "odyssey/core/file_util.h"
+
+namespace fs = std::filesystem;
+
+namespace odyssey {
+namespace {
+
+std::string hex(uint64_t h) {
+  return fmt::format("{:016x}", h);
+}
+
+// Streamed, so a rank never holds a second copy of its shard.
+uint64_t file_xxh3(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  ODY_CHECK(f != nullptr, "cannot open {}: {}", path, std::strerror(errno));
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> st(XXH3_createState(), XXH3_freeState);
+  XXH3_64bits_reset(st.get());
+  std::vector<char> buf(size_t(4) << 20);
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0)
+    XXH3_64bits_update(st.get(), buf.data(), n);
+  ODY_CHECK(!std::ferror(f.get()), "cannot read {}", path);
+  return XXH3_64bits_digest(st.get());
+}
+
+// The tensors a listed file holds, for error messages.
+std::string tensors_of(const nlohmann::json& info) {
+  std::string names;
+  for (const auto& s : info.at("slices")) {
+    if (!names.empty()) names += ", ";
+    names += s.at("tensor").get<std::string>();
+  }
+  return names.empty() ? "no tensors" : names;
+}
+
+// Tensors whose bytes lie at or past `size` (a truncated file).
+std::string tensors_past(const nlohmann::json& info, uint64_t size) {
+  std::string names;
+  for (const auto& s : info.at("slices")) {
+    uint64_t end = s.at("offset").get<uint64_t>() +
+                   4 * uint64_t(s.at("end").get<int64_t>() - s.at("begin").get<int64_t>());
+    if (end <= size) continue;
+    if (!names.empty()) names += ", ";
+    names += s.at("tensor").get<std::string>();
+  }
+  return names.empty() ? "only the header" : names;
+}
+
+void check_file_size(const std::string& dir, const std::string& name, const nlohmann::json& info) {
+  const std::string path = dir + "/" + name;
+  ODY_CHECK(fs::exists(path), "{}: file {} listed in the manifest is missing (it holds the {} slices of {})",
+            dir, name, info.at("kind").get<std::string>(), tensors_of(info));
+  const uint64_t want = info.at("bytes").get<uint64_t>(), have = fs::file_size(path);
+  ODY_CHECK(have == want, "{}: size {} differs from the manifest's {} (truncated or rewritten; affects {})",
+            path, have, want, have < want ? tensors_past(info, have) : tensors_of(info));
+}
+
+}  // namespace
+
+std::string checkpoint_step_name(int64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
+
+std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step) {
+  return run_dir + "/." + checkpoint_step_name(step) + ".tmp";
+}
+
+std::string slice_file_name(const std::string& kind, int rank) {
+  return fmt::format("{}.rank{:05d}.safetensors", kind, rank);
+}
+
+WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
+                             const ParamTable& table, const std::vector<DenseRange>& pieces) {
+  std::vector<StTensorRef> refs;
+  std::map<std::string, std::string> meta = {
+      {"format", "odyssey-slices"}, {"kind", kind}, {"rank", std::to_string(rank)}};
+  for (const DenseRange& piece : pieces) {
+    for (const ParamInfo& p : table.tensors()) {
+      const int64_t b = std::max(piece.begin, p.offset), e = std::min(piece.end, p.offset + p.numel);
+      if (e <= b) continue;
+      const float* data = piece.data + (b - piece.begin);
+      // Entries are named "<tensor>@<begin>": a rank may hold several slices of one tensor.
+      const std::string entry = fmt::format("{}@{}", p.name, b - p.offset);
+      refs.push_back({entry, StDtype::F32, {e - b}, data});
+      // The slice's place in the global tensor travels with it; the checksum lets readers verify
+      // just the slices they use.
+      meta[entry] = nlohmann::json{{"tensor", p.name},
+                                   {"shape", p.shape},
+                                   {"begin", b - p.offset},
+                                   {"end", e - p.offset},
+                                   {"xxh3_64", hex(XXH3_64bits(data, size_t(e - b) * sizeof(float)))}}
+                        .dump();
+    }
+  }
+  const std::string path = tmp_dir + "/" + slice_file_name(kind, rank);
+  write_safetensors(path, refs, meta);
+  return {fs::file_size(path), file_xxh3(path)};
+}
+
+std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
+                              const CheckpointState& state, const ParamTable& table, int writers,
+                              const std::vector<std::vector<WrittenFile>>& files, int keep) {
+  const std::string final_dir = run_dir + "/" + checkpoint_step_name(state.step);
+  nlohmann::json manifest = {{"format", "odyssey-checkpoint"},
+                             {"format_version", kCheckpointFormatVersion},
+                             {"model", model_config_to_json(state.model)},
+                             {"step", state.step},
+                             {"next_row", state.next_row},
+                             {"seed", state.seed},
+                             // Every random stream (init, data shuffle) derives from the seed and the
+                             // step, so the seed is the whole RNG state.
+                             {"rng", {{"seed", state.seed}, {"streams", "derived from seed and step"}}},
+                             {"schedule", state.schedule},
+                             {"layout", state.layout},
+                             {"run", state.run},
+                             {"kinds", nlohmann::json::array()},
+                             {"tensors", nlohmann::json::array()},
+                             {"files", nlohmann::json::object()}};
+  for (const ParamInfo& p : table.tensors())
+    manifest["tensors"].push_back({{"name", p.name}, {"shape", p.shape}});
+  for (size_t k = 0; k < files.size(); ++k) {
+    const std::string& kind = checkpoint_kinds()[k];
+    manifest["kinds"].push_back(kind);
+    for (int r = 0; r < writers; ++r) {
+      const std::string name = slice_file_name(kind, r);
+      const WrittenFile& w = files[k][size_t(r)];
+      // The slice index comes from the header the writer produced (cheap: nothing else is mapped in).
+      SafetensorsFile f(tmp_dir + "/" + name);
+      ODY_CHECK(uint64_t(fs::file_size(f.path())) == w.bytes, "{}: size differs from what rank {} wrote",
+                f.path(), r);
+      uint64_t data_bytes = 0;
+      for (const auto& t : f.tensors()) data_bytes += t.bytes;
+      const uint64_t data_start = w.bytes - data_bytes;
+      nlohmann::json slices = nlohmann::json::array();
+      for (const auto& t : f.tensors()) {
+        nlohmann::json m = nlohmann::json::parse(f.metadata().at(t.name));
+        slices.push_back({{"tensor", m.at("tensor")},
+                          {"entry", t.name},
+                          {"begin", m.at("begin")},
+                          {"end", m.at("end")},
+                          {"offset", data_start + uint64_t(t.data - f.tensors().front().data)},
+                          {"xxh3_64", m.at("xxh3_64")}});
+      }
+      manifest["files"][name] = {
+          {"kind", kind}, {"rank", r}, {"bytes", w.bytes}, {"xxh3_64", hex(w.xxh3)}, {"slices", slices}};
+    }
+  }
+  write_text_atomic(tmp_dir + "/manifest.json", manifest.dump(1) + "\n");
+  fsync_dir(tmp_dir);
+
+  // Replace an existing checkpoint of the same step only once the new one is complete.
+  if (fs::exists(final_dir)) {
+    const std::string old_dir = run_dir + "/." + checkpoint_step_name(state.step) + ".old";
+    fs::remove_all(old_dir);
+    fs::rename(final_dir, old_dir);
+    fs::rename(tmp_dir, final_dir);
+    fs::remove_all(old_dir);
+  } else {
+    fs::rename(tmp_dir, final_dir);
+  }
+  fsync_dir(run_dir);
+
+  // Retention counts complete checkpoints only. A checkpoint is first renamed to a hidden name, so a
+  // kill during the deletion never leaves a step_* directory with a manifest but missing files.
+  // Leftovers of interrupted saves and deletions are dead (one run writes a run directory).
+  std::vector<fs::path> entries;  // listed first: the loop below deletes
+  for (const auto& e : fs::directory_iterator(run_dir))
+    if (e.is_directory()) entries.push_back(e.path());
+  std::vector<std::string> steps;
+  for (const fs::path& path : entries) {
+    const std::string name = path.filename().string();
+    if (name.rfind("step_", 0) == 0 && fs::exists(path / "manifest.json")) steps.push_back(name);
+    const bool hidden = name.rfind(".step_", 0) == 0 && name.size() > 14;
+    const std::string suffix = hidden ? name.substr(14) : "";
+    if (hidden && (suffix == ".del" || suffix == ".old" ||
+                   (suffix == ".tmp" && name.substr(1, 13) < checkpoint_step_name(state.step))))
+      fs::remove_all(path);
+  }
+  std::sort(steps.begin(), steps.end());
+  if (keep > 0) {
+    for (size_t i = 0; i + size_t(keep) < steps.size(); ++i) {
+      const std::string doomed = run_dir + "/." + steps[i] + ".del";
+      fs::remove_all(doomed);
+      fs::rename(run_dir + "/" + steps[i], doomed);
+      fsync_dir(run_dir);
+      fs::remove_all(doomed);
+    }
+  }
+  return final_dir;
+}
+
+void check_sliced_manifest(const std::string& dir, const CheckpointState& state, const ParamTable* table) {
+  const nlohmann::json& man = state.manifest;
+  const std::string path = dir + "/manifest.json";
+  try {
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& t : man.at("tensors")) shapes[t.at("name")] = t.at("shape").get<std::vector<int64_t>>();
+    if (table) {
+      for (const ParamInfo& p : table->tensors()) {
+        auto it = shapes.find(p.name);
+        ODY_CHECK(it != shapes.end(), "{}: tensor {} is missing", path, p.name);
+        ODY_CHECK(it->second == p.shape, "{}: tensor {} has shape {}, the model's is {}", path, p.name,
+                  st_shape_string(it->second), st_shape_string(p.shape));
+      }
+      ODY_CHECK(shapes.size() == table->tensors().size(), "{}: {} tensors, the model has {}", path,
+                shapes.size(), table->tensors().size());
+    }
+    // Every kind covers every tensor exactly: sorted slices must tile [0, numel).
+    std::map<std::string, std::map<std::string, std::vector<std::pair<int64_t, int64_t>>>> cover;
+    for (auto& [name, info] : man.at("files").items()) {
+      check_file_size(dir, name, info);
+      for (const auto& s : info.at("slices"))
+        cover[info.at("kind")][s.at("tensor")].push_back(
+            {s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()});
+    }
+    for (const auto& kind : man.at("kinds")) {
+      for (const auto& [name, shape] : shapes) {
+        int64_t numel = 1;
+        for (int64_t d : shape) numel *= d;
+        auto ranges = cover[kind][name];
+        std::sort(ranges.begin(), ranges.end());
+        int64_t at = 0;
+        for (const auto& [b, e] : ranges) {
+          ODY_CHECK(b == at && e > b && e <= numel,
+                    "{}: the {} slices of tensor {} overlap or leave a gap at {}", path,
+                    kind.get<std::string>(), name, at);
+          at = e;
+        }
+        ODY_CHECK(at == numel, "{}: the {} slices of tensor {} cover {} of its {} elements", path,
+                  kind.get<std::string>(), name, at, numel);
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed manifest: {}", path, e.what());
+  }
+}
+
+void read_slices(const std::string& dir, const CheckpointState& state, const ParamTable& table,
+                 const std::string& kind, const std::vector<DenseRange>& ranges, float* dense) {
+  const nlohmann::json& files = state.manifest.at("files");
+  std::map<std::string, const ParamInfo*> by_name;
+  for (const ParamInfo& p : table.tensors()) by_name[p.name] = &p;
+  bool listed = false;
+  for (const auto& k : state.manifest.at("kinds")) listed |= k == kind;
+  ODY_CHECK(listed, "{}: holds no '{}' state (a weights-only checkpoint?)", dir, kind);
+  for (auto& [name, info] : files.items()) {
+    if (info.at("kind") != kind) continue;
+    std::unique_ptr<SafetensorsFile> file;  // opened only when one of its slices is needed
+    for (const auto& s : info.at("slices")) {
+      const std::string tensor = s.at("tensor");
+      auto it = by_name.find(tensor);
+      ODY_CHECK(it != by_name.end(), "{}/{}: tensor {} is not in the model", dir, name, tensor);
+      const int64_t base = it->second->offset;
+      const int64_t b = base + s.at("begin").get<int64_t>(), e = base + s.at("end").get<int64_t>();
+      bool needed = false;
+      for (const DenseRange& r : ranges) needed |= std::max(r.begin, b) < std::min(r.end, e);
+      if (!needed) continue;
+      if (!file) {
+        check_file_size(dir, name, info);
+        file = std::make_unique<SafetensorsFile>(dir + "/" + name);
+      }
+      const SafetensorsFile::Tensor* t = file->try_get(s.at("entry").get<std::string>());
+      ODY_CHECK(t != nullptr, "{}: tensor {} slice {} listed in the manifest is not in the file",
+                file->path(), tensor, s.at("entry").get<std::string>());
+      ODY_CHECK(t->dtype == StDtype::F32 && t->shape == std::vector<int64_t>{e - b},
+                "{}: tensor {} slice has {} {}, the manifest says F32 [{}]", file->path(), tensor,
+                st_dtype_name(t->dtype), st_shape_string(t->shape), e - b);
+      ODY_CHECK(hex(XXH3_64bits(t->data, t->bytes)) == s.at("xxh3_64").get<std::string>(),
+                "{}: tensor {} (elements [{}, {}) of its {} slice) fails its checksum: the file is corrupt",
+                file->path(), tensor, b - base, e - base, kind);
+      for (const DenseRange& r : ranges) {
+        const int64_t lo = std::max(r.begin, b), hi = std::min(r.end, e);
+        if (lo < hi) std::memcpy(dense + lo, t->data + (lo - b) * 4, size_t(hi - lo) * sizeof(float));
+      }
+    }
+  }
+}
+
+std::vector<std::string> verify_slice_file(const std::string& dir, const std::string& name,
+                                           const nlohmann::json& info) {
+  std::vector<std::string> problems;
+  const std::string path = dir + "/" + name;
+  try {
+    check_file_size(dir, name, info);
+    if (hex(file_xxh3(path)) != info.at("xxh3_64").get<std::string>())
+      problems.push_back(fmt::format("{}: checksum mismatch (the file is corrupt)", path));
+    SafetensorsFile file(path);
+    for (const auto& s : info.at("slices")) {
+      const std::string tensor = s.at("tensor");
+      const SafetensorsFile::Tensor* t = file.try_get(s.at("entry").get<std::string>());
+      if (!t) {
+        problems.push_back(
+            fmt::format("{}: tensor {} listed in the manifest is not in the file", path, tensor));
+      } else if (hex(XXH3_64bits(t->data, t->bytes)) != s.at("xxh3_64").get<std::string>()) {
+        problems.push_back(fmt::format("{}: tensor {} fails its checksum", path, tensor));
+      }
+    }
+  } catch (const std::exception& e) {
+    problems.push_back(e.what());
+  }
+  return problems;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,78 @@
+// The universal checkpoint (format 2): every tensor stored as slices of its flattened global form, so
+// any layout can read what it needs whatever layout wrote it.
+//
+//   <run dir>/step_00000010/
+//     manifest.json                 format version, model config, step, data position, seed/RNG,
+//                                   schedule, the layout (dp, ZeRO stage, world size) it was written
+//                                   with, and per file: kind, writer rank, bytes, xxh3 and its slices
+//                                   (tensor, [begin, end) element range, byte offset, slice xxh3)
+//     params.rank00000.safetensors  fp32 master weights: for every tensor intersecting what rank 0
+//     m.rank00000.safetensors       owns, the 1-D slice [begin, end) of the flattened tensor; the
+//     v.rank00000.safetensors       header metadata repeats the global shape and range per tensor
+//     ...                           (one file per kind and writing rank)
+//
+// The ranks write their files in parallel into "<run dir>/.step_00000010.tmp/"; after every rank has
+// finished, rank 0 writes the manifest and renames the directory. A directory without a manifest is
+// never loaded. Readers check each file's size against the manifest and each slice's checksum before
+// using it, so corruption is reported naming the file and the tensor.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "odyssey/checkpoint/checkpoint.h"
+#include "odyssey/model/params.h"
+
+namespace odyssey {
+
+// The kinds of state a checkpoint holds: master weights and the two AdamW moments.
+inline const std::vector<std::string>& checkpoint_kinds() {
+  static const std::vector<std::string> kinds = {"params", "m", "v"};
+  return kinds;
+}
+
+// Elements [begin, end) of a buffer laid out by a ParamTable (dense offsets). data, when set, holds
+// the end - begin values of that range.
+struct DenseRange {
+  int64_t begin = 0, end = 0;
+  const float* data = nullptr;
+};
+
+// A file one rank wrote: its name in the checkpoint directory, size and whole-file xxh3.
+struct WrittenFile {
+  uint64_t bytes = 0;
+  uint64_t xxh3 = 0;
+};
+
+std::string checkpoint_step_name(int64_t step);  // "step_00000010"
+std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
+std::string slice_file_name(const std::string& kind, int rank);  // "params.rank00003.safetensors"
+
+// Writes this rank's file of one kind: the slice of every tensor the pieces intersect.
+WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
+                             const ParamTable& table, const std::vector<DenseRange>& pieces);
+
+// Rank 0, once every rank's files exist in tmp_dir: writes the manifest (files[kind][rank] are the
+// writers' reports; the slices are read back from the headers), renames tmp_dir to the step
+// directory and applies retention (keep > 0: the newest keep checkpoints). Returns the directory.
+std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
+                              const CheckpointState& state, const ParamTable& table, int writers,
+                              const std::vector<std::vector<WrittenFile>>& files, int keep);
+
+// Fills `ranges` of kind ("params", "m" or "v") in dense (laid out by table) from the slices holding
+// them, verifying each slice read. state must come from read_checkpoint_manifest of a format-2 dir.
+void read_slices(const std::string& dir, const CheckpointState& state, const ParamTable& table,
+                 const std::string& kind, const std::vector<DenseRange>& ranges, float* dense);
+
+// Checks a format-2 manifest against the table: every tensor's global shape, every kind covering
+// every tensor exactly once, every file present with its recorded size. Fails naming file and tensor.
+void check_sliced_manifest(const std::string& dir, const CheckpointState& state, const ParamTable* table);
+
+// Verifies the whole-file checksum and every slice checksum of one listed file; returns problems
+// (empty: fine). Used by inspect.
+std::vector<std::string> verify_slice_file(const std::string& dir, const std::string& file,
+                                           const nlohmann::json& info);
+
+}  // namespace odyssey

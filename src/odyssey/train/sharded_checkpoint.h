@@ -1,0 +1,26 @@
+// Saving and loading a ZeroEngine's state as a universal checkpoint (checkpoint/sliced.h): each
+// data-parallel rank writes what it owns, in parallel, and reads back only what its stage keeps, so a
+// checkpoint written under one layout resumes under any other.
+#pragma once
+
+#include <string>
+
+#include "odyssey/checkpoint/checkpoint.h"
+#include "odyssey/comm/communicator.h"
+#include "odyssey/parallel/zero.h"
+
+namespace odyssey {
+
+// Collective over dp. Every rank writes params, m and v for the elements it owns (ZeRO >= 1: its
+// shard; ZeRO-0: an equal 1/dp share of the replicated state) into the temporary directory; after a
+// barrier rank 0 writes the manifest, renames and applies retention (keep). Returns the directory.
+// ODYSSEY_CHECKPOINT_PAUSE_MS=n makes every writer sleep n ms before each file and rank 0 before the
+// manifest, so tests can kill a run mid-save.
+std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, const ParamTable& table,
+                                    const CheckpointState& state, const std::string& run_dir, int keep);
+
+// Not collective: reads the checkpoint's slices this rank's stage keeps (any format, any writing
+// layout) and loads them into the engine. Moments absent from a weights-only checkpoint start at zero.
+CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table);
+
+}  // namespace odyssey
