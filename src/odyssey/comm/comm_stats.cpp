@@ -53,6 +53,12 @@ uint64_t CommStats::bytes(bool intra_node) const {
   return total;
 }
 
+uint64_t CommStats::bytes(CommKind kind, bool intra_node) const {
+  std::lock_guard lock(mutex_);
+  auto it = counters_.find({kind, intra_node});
+  return it == counters_.end() ? 0 : it->second.bytes;
+}
+
 uint64_t CommStats::bytes(CommKind kind) const {
   std::lock_guard lock(mutex_);
   uint64_t total = 0;

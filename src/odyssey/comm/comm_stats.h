@@ -27,6 +27,7 @@ class CommStats {
   uint64_t total_bytes() const;
   uint64_t bytes(bool intra_node) const;
   uint64_t bytes(CommKind kind) const;
+  uint64_t bytes(CommKind kind, bool intra_node) const;
   // {"total_bytes", "intra_node_bytes", "inter_node_bytes", "seconds", "by_kind": {kind: {...}}}
   nlohmann::json to_json() const;
 

@@ -7,9 +7,10 @@
 
 namespace odyssey {
 
-ShardLayout::ShardLayout(int64_t n, int P) : numel(n), ranks(P) {
-  ODY_CHECK(n >= 0 && P >= 1, "shard layout: {} elements over {} ranks", n, P);
-  shard = (n + P - 1) / P;
+ShardLayout::ShardLayout(int64_t n, int P, int64_t align) : numel(n), ranks(P) {
+  ODY_CHECK(n >= 0 && P >= 1 && align >= 1, "shard layout: {} elements over {} ranks (align {})", n, P,
+            align);
+  shard = ((n + P - 1) / P + align - 1) / align * align;
   padded = shard * P;
 }
 
@@ -24,7 +25,7 @@ std::vector<TensorSlice> intersect_tensors(const ParamTable& table, Range dense)
 }
 
 Partition::Partition(const ParamTable& table, const std::vector<std::pair<int, int>>& unit_ranges, int ranks,
-                     int rank)
+                     int rank, int64_t align)
     : table_(&table), ranks_(ranks), rank_(rank) {
   ODY_CHECK(rank >= 0 && rank < ranks, "partition: rank {} of {}", rank, ranks);
   unit_segment_.assign(size_t(table.num_units()), -1);
@@ -38,7 +39,7 @@ Partition::Partition(const ParamTable& table, const std::vector<std::pair<int, i
     s.unit_begin = ub;
     s.unit_end = ue;
     s.dense = {table.unit_begin(ub), table.unit_end(ue - 1)};
-    s.layout = ShardLayout(s.dense.size(), ranks);
+    s.layout = ShardLayout(s.dense.size(), ranks, align);
     s.padded_begin = padded_total_;
     s.local_begin = local_total_;
     padded_total_ += s.layout.padded;

@@ -40,7 +40,8 @@ struct ShardLayout {
   int ranks = 1;
 
   ShardLayout() = default;
-  ShardLayout(int64_t numel, int ranks);
+  // align: the shard size is a multiple of it (compressed collectives keep groups inside shards).
+  ShardLayout(int64_t numel, int ranks, int64_t align = 1);
   // Rank r's slice [r*S, (r+1)*S) of the padded range.
   Range shard_range(int r) const { return {r * shard, (r + 1) * shard}; }
   // The part of rank r's slice that holds real elements (may be empty for the last ranks).
@@ -65,8 +66,8 @@ class Partition {
     ShardLayout layout;
   };
   // unit_ranges: consecutive [begin, end) unit ranges covering every unit in order.
-  Partition(const ParamTable& table, const std::vector<std::pair<int, int>>& unit_ranges, int ranks,
-            int rank);
+  Partition(const ParamTable& table, const std::vector<std::pair<int, int>>& unit_ranges, int ranks, int rank,
+            int64_t align = 1);
 
   const std::vector<Segment>& segments() const { return segments_; }
   int segment_of_unit(int unit) const { return unit_segment_[size_t(unit)]; }

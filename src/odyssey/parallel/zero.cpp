@@ -1,9 +1,11 @@
 #include "odyssey/parallel/zero.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "odyssey/core/error.h"
 #include "odyssey/optim/grad_clip.h"
+#include "odyssey/parallel/sdp4bit.h"
 
 namespace odyssey {
 
@@ -16,6 +18,14 @@ nlohmann::json MemoryReport::to_json() const {
           {"total", total()}};
 }
 
+nlohmann::json CommTraffic::per_param_json(int64_t params) const {
+  const double n = params > 0 ? double(params) : 1.0;
+  return {{"weights_intra", weights_intra / n},
+          {"weights_inter", weights_inter / n},
+          {"grads_intra", grads_intra / n},
+          {"grads_inter", grads_inter / n}};
+}
+
 ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options)
     : model_(model), dp_(dp), opt_(options) {
   ODY_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
@@ -26,8 +36,23 @@ ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options
   const int64_t bucket_bytes = opt_.stage == 3 ? 0 : int64_t(opt_.bucket_mb * 1e6);
   // Stage 0 shards nothing: a one-rank partition makes "local" the whole (unpadded) buffer.
   const bool sharded = opt_.stage > 0;
+  const CommOptions& comm = opt_.comm;
+  validate_comm(comm, opt_.stage, dp.size());
   part_ = std::make_unique<Partition>(table, build_buckets(table, bucket_bytes), sharded ? dp.size() : 1,
-                                      sharded ? dp.rank() : 0);
+                                      sharded ? dp.rank() : 0, comm_shard_align(comm));
+  weight_format_ = weight_format(comm);
+  grad_intra_format_ = grad_intra_format(comm);
+  grad_inter_format_ = grad_inter_format(comm);
+  if (comm.two_level_grads() || comm.hpz) {
+    // Nodes are consecutive blocks of D dp ranks (rank = node·D + local index).
+    const int D = comm.ranks_per_node > 0 ? std::min(comm.ranks_per_node, dp.size()) : dp.size();
+    const int N = dp.size() / D;
+    intra_ = dp.split(dp.rank() / D, dp.rank(), dp.name() + "_intra", true);
+    inter_ = dp.split(dp.rank() % D, dp.rank(), dp.name() + "_inter", N == 1);
+  }
+  if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != "none")
+    master_.resize(size_t(part_->local_total()));
+  if (comm.hpz) secondary_.resize(size_t(table.num_units()));
   params_.resize(size_t(opt_.stage == 3 ? part_->local_total() : part_->padded_total()));
   m_.resize(size_t(part_->local_total()));
   v_.resize(size_t(part_->local_total()));
@@ -39,6 +64,10 @@ ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options
   g.pooled = opt_.stage >= 2;
   g.overlap = opt_.overlap;
   g.max_in_flight = opt_.max_in_flight;
+  if (comm.grads != "none")
+    g.reduce_scatter_fn = [this](const float* send, float* recv, size_t S, int segment) {
+      reduce_scatter_compressed(send, recv, S, segment);
+    };
   grads_ = std::make_unique<GradSync>(model, dp, *part_, g, [this](int u) { return unit_params(u); });
   model_.set_hooks(this);
 }
@@ -60,22 +89,47 @@ void ZeroEngine::track(int64_t delta) {
   if (gathered_bytes_ > peak_gathered_bytes_) peak_gathered_bytes_ = gathered_bytes_;
 }
 
-void ZeroEngine::gather_start(int unit) {
+void ZeroEngine::gather_start(int unit, bool forward) {
   Gathered& g = gathered_[size_t(unit)];
   if (g.buf.size()) return;
-  const Partition::Segment& seg = part_->segments()[size_t(part_->segment_of_unit(unit))];
+  const int s = part_->segment_of_unit(unit);
+  const Partition::Segment& seg = part_->segments()[size_t(s)];
   g.buf.resize(size_t(seg.layout.padded));
   track(int64_t(g.buf.bytes()));
-  g.request = dp_.all_gather_async(params_.data() + seg.local_begin, g.buf.data(), size_t(seg.layout.shard),
-                                   DType::f32);
+  g.forward = forward;
+  // hpZ: the backward gather assembles the unit from the node's secondary shards.
+  const bool secondary = opt_.comm.hpz && !forward;
+  Communicator& comm = secondary ? *intra_ : dp_;
+  const float* shard = params_.data() + seg.local_begin;
+  size_t count = size_t(seg.layout.shard);
+  if (secondary) {
+    const FloatBuffer& sec = secondary_[size_t(unit)];
+    ODY_CHECK(sec.size(), "hpZ: unit {} has no secondary shard for its backward gather", unit);
+    shard = sec.data();
+    count = sec.size();
+  }
+  if (opt_.comm.weights != "none") {
+    const RoundingKey key{opt_.comm.seed, grad_round_, uint32_t(dp_.rank()), uint32_t(s), 0};
+    g.quantized.start(comm, weight_format_, shard, count, key);
+  } else {
+    g.request = comm.all_gather_async(shard, g.buf.data(), count, DType::f32);
+  }
 }
 
 void ZeroEngine::acquire(int unit) {
-  gather_start(unit);
+  gather_start(unit, true);
   Gathered& g = gathered_[size_t(unit)];
   if (g.request) {
     g.request->wait();
     g.request.reset();
+  }
+  if (g.quantized.active()) g.quantized.finish(g.buf.data());
+  if (opt_.comm.hpz && g.forward && !secondary_[size_t(unit)].size()) {
+    // Keep my 1/D of the forward-gathered unit until the next optimizer step.
+    const size_t part = g.buf.size() / size_t(intra_->size());
+    FloatBuffer& sec = secondary_[size_t(unit)];
+    sec.resize(part);
+    std::copy_n(g.buf.data() + size_t(intra_->rank()) * part, part, sec.data());
   }
 }
 
@@ -83,6 +137,7 @@ void ZeroEngine::release(int unit) {
   Gathered& g = gathered_[size_t(unit)];
   if (g.request) g.request->wait();
   g.request.reset();
+  if (g.quantized.active()) g.quantized.finish(g.buf.data());
   track(-int64_t(g.buf.bytes()));
   g.buf.resize(0);
 }
@@ -98,11 +153,11 @@ void ZeroEngine::before_forward(int unit) {
   model_.set_unit_storage(unit, unit_params(unit), grads_->unit_grads(unit));
   const int final_unit = model_.table().final_unit();
   if (unit == 0 && !head_next_)
-    gather_start(1);
+    gather_start(1, true);
   else if (unit == final_unit)
-    gather_start(0);
+    gather_start(0, true);
   else if (unit != 0)
-    gather_start(unit + 1);
+    gather_start(unit + 1, true);
 }
 
 void ZeroEngine::after_forward(int unit) {
@@ -118,9 +173,10 @@ void ZeroEngine::after_forward(int unit) {
 // Backward order: 0 (LM head), L+1, L..1, then the embeddings with unit 0 still held.
 void ZeroEngine::before_backward(int unit) {
   if (opt_.stage == 3) {
+    gather_start(unit, false);
     acquire(unit);
     const int next = unit == 0 ? model_.table().final_unit() : unit - 1;
-    if (next >= 1) gather_start(next);
+    if (next >= 1) gather_start(next, false);
   }
   grads_->before_backward(unit);
 }
@@ -137,6 +193,8 @@ void ZeroEngine::load(const float* params, const float* m, const float* v) {
     part_->dense_to_local(params, params_.data());
   else
     part_->dense_to_padded(params, params_.data());
+  if (master_.size()) part_->dense_to_local(params, master_.data());
+  for (FloatBuffer& sec : secondary_) sec.resize(0);
   // Stage 0's partition is one rank, where local is the whole buffer.
   if (m)
     part_->dense_to_local(m, m_.data());
@@ -167,6 +225,8 @@ void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_mom
   };
   if (opt_.stage == 3)
     collect(params_.data(), params, 1);
+  else if (master_.size())
+    collect(master_.data(), params, 1);  // the master, not the (quantized) model copy
   else if (dp_.rank() == 0)
     part_->padded_to_dense(params_.data(), params);
   if (!with_moments) return;
@@ -183,6 +243,85 @@ void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_mom
 
 void ZeroEngine::zero_grad() {
   grads_->zero_grad();
+  ++grad_round_;
+  micro_ = 0;
+  traffic_ = {};
+}
+
+ZeroEngine::Snapshot ZeroEngine::snapshot() const {
+  const CommStats& st = dp_.stats();
+  Snapshot s{};
+  for (int intra = 0; intra < 2; ++intra) {
+    s.gather[intra] = st.bytes(CommKind::all_gather, intra);
+    s.reduce[intra] = st.bytes(CommKind::reduce_scatter, intra) + st.bytes(CommKind::all_to_all, intra) +
+                      st.bytes(CommKind::all_reduce, intra);
+  }
+  return s;
+}
+
+void ZeroEngine::add_traffic(const Snapshot& before, bool gathers_are_weights) {
+  const Snapshot now = snapshot();
+  traffic_.grads_inter += now.reduce[0] - before.reduce[0];
+  traffic_.grads_intra += now.reduce[1] - before.reduce[1];
+  if (!gathers_are_weights) return;
+  traffic_.weights_inter += now.gather[0] - before.gather[0];
+  traffic_.weights_intra += now.gather[1] - before.gather[1];
+}
+
+void ZeroEngine::begin_micro_step(bool last) {
+  grads_->begin_micro_step(last);
+  micro_start_ = snapshot();
+}
+
+void ZeroEngine::end_micro_step() {
+  grads_->finish();
+  ++micro_;
+  add_traffic(micro_start_, true);  // stage 3's unit gathers are weights
+}
+
+void ZeroEngine::reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment) {
+  const uint32_t bucket = uint32_t(segment) + uint32_t(part_->segments().size()) * micro_;
+  const RoundingKey key{opt_.comm.seed, grad_round_, uint32_t(dp_.rank()), bucket, 0};
+  const bool two_level = opt_.comm.grads == "tlq" || opt_.comm.grads == "tlq_hs" ||
+                         (opt_.comm.grads == "qgz" && intra_->size() > 1 && inter_->size() > 1);
+  if (two_level)
+    two_level_reduce_scatter(*intra_, *inter_, grad_intra_format_, grad_inter_format_, send, recv, S, key);
+  else
+    one_level_reduce_scatter(dp_, grad_intra_format_, send, recv, S, key);
+}
+
+void ZeroEngine::gather_weights_after_step(int64_t step) {
+  const Snapshot before = snapshot();
+  const int r = dp_.rank();
+  const std::vector<Partition::Segment>& segs = part_->segments();
+  if (opt_.comm.weights == "none") {
+    // Every rank's updated slices back into the full parameters, in place.
+    std::vector<RequestPtr> requests;
+    for (const Partition::Segment& seg : segs) {
+      float* base = params_.data() + seg.padded_begin;
+      requests.push_back(dp_.all_gather_async(base + seg.layout.shard_range(r).begin, base,
+                                              size_t(seg.layout.shard), DType::f32));
+    }
+    for (RequestPtr& q : requests) q->wait();
+  } else {
+    for (size_t s = 0; s < segs.size(); ++s) {
+      const Partition::Segment& seg = segs[s];
+      float* model = params_.data() + seg.padded_begin;
+      const float* master = master_.data() + seg.local_begin;
+      const size_t S = size_t(seg.layout.shard);
+      const RoundingKey key{opt_.comm.seed, uint32_t(step), uint32_t(r), uint32_t(s), 0};
+      if (opt_.comm.weights == "qwd") {
+        qwd_all_gather(dp_, weight_format_, master, model, S, key);
+      } else {
+        QuantizedGather g;
+        g.start(dp_, weight_format_, master, S, key);
+        g.finish(model);
+      }
+    }
+  }
+  const Snapshot now = snapshot();
+  traffic_.weights_inter += now.gather[0] - before.gather[0];
+  traffic_.weights_intra += now.gather[1] - before.gather[1];
 }
 
 double ZeroEngine::grad_norm() {
@@ -198,30 +337,23 @@ double ZeroEngine::grad_norm() {
 
 void ZeroEngine::step(const AdamWConfig& config, float lr, int64_t step, float grad_scale) {
   release_all();  // gathered copies go stale with the update
+  for (FloatBuffer& sec : secondary_) sec.resize(0);
   const auto& tensors = model_.table().tensors();
   float* grads = opt_.stage == 0 ? grads_->full_grads() : grads_->shard_grads();
   for (const Partition::LocalSlice& s : part_->local_slices()) {
-    float* p = params_.data() + (opt_.stage == 3 ? s.local_begin : s.padded_begin);
+    float* p = master_.size() ? master_.data() + s.local_begin
+                              : params_.data() + (opt_.stage == 3 ? s.local_begin : s.padded_begin);
     // Stage 0's one-rank partition has local == padded.
     adamw_update(p, grads + s.local_begin, m_.data() + s.local_begin, v_.data() + s.local_begin,
                  size_t(s.size), config, lr, step, grad_scale, tensors[size_t(s.tensor)].weight_decay);
   }
-  if (opt_.stage == 1 || opt_.stage == 2) {
-    // Every rank's updated slices back into the full parameters, in place.
-    std::vector<RequestPtr> requests;
-    const int r = dp_.rank();
-    for (const Partition::Segment& seg : part_->segments()) {
-      float* base = params_.data() + seg.padded_begin;
-      requests.push_back(dp_.all_gather_async(base + seg.layout.shard_range(r).begin, base,
-                                              size_t(seg.layout.shard), DType::f32));
-    }
-    for (RequestPtr& q : requests) q->wait();
-  }
+  if (opt_.stage == 1 || opt_.stage == 2) gather_weights_after_step(step);
 }
 
 MemoryReport ZeroEngine::memory() const {
   MemoryReport r;
-  r.params = params_.bytes();
+  r.params = params_.bytes() + master_.bytes();
+  for (const FloatBuffer& sec : secondary_) r.params += sec.bytes();
   r.grads = grads_->grad_bytes();
   r.optimizer = m_.bytes() + v_.bytes();
   r.activations = model_.activations().bytes();

@@ -8,6 +8,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/parallel/comm_options.h"
 
 namespace odyssey {
 namespace {
@@ -219,9 +220,18 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.global_batch % (t.micro_batch * dp) == 0,
             "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x parallel.dp ({})",
             t.global_batch, t.micro_batch, dp);
-  ODY_CHECK(comm.weights == "none", "comm.weights: '{}' is not available in this build (none)", comm.weights);
-  ODY_CHECK(comm.grads == "none", "comm.grads: '{}' is not available in this build (none)", comm.grads);
-  ODY_CHECK(!comm.hpz, "comm.hpz: hierarchical partitioning is not available in this build");
+  {
+    CommOptions co;
+    co.weights = comm.weights;
+    co.grads = comm.grads;
+    co.hpz = comm.hpz;
+    co.ranks_per_node = p.ranks_per_node;
+    // Without ranks_per_node the nodes are known only once MPI runs (the engine checks again then).
+    if (p.ranks_per_node > 0)
+      validate_comm(co, p.zero_stage, dp);
+    else
+      validate_comm_keys(co, p.zero_stage);
+  }
   ODY_CHECK(!checkpoint.dir.empty(), "checkpoint.dir must not be empty");
   ODY_CHECK(checkpoint.every >= 0, "checkpoint.every must be >= 0, got {}", checkpoint.every);
   ODY_CHECK(checkpoint.keep >= 0, "checkpoint.keep must be >= 0, got {}", checkpoint.keep);

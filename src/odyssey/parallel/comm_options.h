@@ -1,0 +1,39 @@
+// The comm.* keys as the ZeRO engine sees them: which compressed collective replaces the parameter
+// all-gather and the gradient reduce-scatter, the wire formats they use (spec §1.3, §1.4, §2), and the
+// combinations that are refused.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "odyssey/parallel/wire_format.h"
+
+namespace odyssey {
+
+struct CommOptions {
+  std::string weights = "none";  // none | int8 | int4 | qwd
+  std::string grads = "none";    // none | int8 | int4 | qgz | tlq | tlq_hs
+  bool hpz = false;              // ZeRO-3: backward gathers from a secondary partition inside the node
+  int ranks_per_node = 0;        // data-parallel ranks per (emulated) node; 0: all on one node
+  bool identity = false;         // test only: every format passes fp32 through unrounded
+  uint64_t seed = 0;             // stochastic rounding streams
+
+  bool quantized() const { return weights != "none" || grads != "none" || hpz; }
+  bool two_level_grads() const { return grads == "tlq" || grads == "tlq_hs" || grads == "qgz"; }
+};
+
+// The checks that need no communicator (config validation). Errors name the comm.* key.
+void validate_comm_keys(const CommOptions& c, int zero_stage);
+// All checks, with the data-parallel size known.
+void validate_comm(const CommOptions& c, int zero_stage, int dp_size);
+
+// qwd: int4, groups of 2048, stochastic (§1.3). int8/int4: block-wise, rounding to nearest (qwZ).
+WireFormat weight_format(const CommOptions& c);
+// int8/int4 one-level and the intra hop of tlq*: groups of 128, stochastic; tlq_hs adds H32 (§1.4).
+// qgz: int4 on both hops, groups of 512, rounding to nearest (§2.4, summed in fp32 here).
+WireFormat grad_intra_format(const CommOptions& c);
+WireFormat grad_inter_format(const CommOptions& c);
+// Alignment of every shard so that groups and Hadamard blocks never straddle shards.
+int64_t comm_shard_align(const CommOptions& c);
+
+}  // namespace odyssey

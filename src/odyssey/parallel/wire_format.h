@@ -1,0 +1,39 @@
+// What a compressed collective puts on the wire for a block of n floats: a quantized buffer
+// (kernels/quantize.h) or, for tests, the fp32 values themselves. The identity mode runs the very
+// same collectives (same partitions, same swizzle, same sums in fp32) with nothing rounded, so a
+// quantized path can be checked against the uncompressed run to summation order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "odyssey/kernels/quantize.h"
+
+namespace odyssey {
+
+struct WireFormat {
+  QuantFormat quant;
+  Rounding rounding = Rounding::kStochastic;
+  bool identity = false;  // test only: fp32 values pass through, no scales
+
+  size_t bytes(size_t n) const { return identity ? n * sizeof(float) : quantized_bytes(quant, n); }
+  size_t groups(size_t n) const { return identity ? 0 : quantized_groups(quant, n); }
+  // Layout alignment a block needs (Hadamard blocks of 32; int4 groups start on a byte).
+  size_t align() const { return identity ? 1 : quant.hadamard ? 32 : 2; }
+};
+
+// out = E(x), and out = E(a - b) (weight differences).
+void wire_encode(const WireFormat& f, const float* x, size_t n, const RoundingKey& key, Quantized out);
+void wire_encode_diff(const WireFormat& f, const float* a, const float* b, size_t n, const RoundingKey& key,
+                      Quantized out);
+// out = D(in); dst += D(in).
+void wire_decode(const WireFormat& f, ConstQuantized in, size_t n, float* out);
+void wire_decode_add(const WireFormat& f, ConstQuantized in, size_t n, float* dst);
+// out = Σ_k D(parts[k]) in fp32, in part order.
+void wire_decode_sum(const WireFormat& f, std::span<const ConstQuantized> parts, size_t n, float* out);
+// out = E_out(Σ_k D_in(parts[k])): sum the parts of one hop and re-encode them for the next.
+void wire_decode_sum_encode(const WireFormat& in, std::span<const ConstQuantized> parts, size_t n,
+                            const WireFormat& out_format, const RoundingKey& key, Quantized out);
+
+}  // namespace odyssey

@@ -1,0 +1,49 @@
+// ZeRO++ (Wang et al., 2023; spec communication-quantization.md §2) collectives on flat shards, and the
+// one-level quantized reduce-scatter baselines.
+//
+// qwZ: a shard is encoded block-wise (int8 or int4 groups), the encodings and scales all-gathered and
+// decoded by every rank, the owner included, so all ranks use the same weights. Used by ZeRO-3 for
+// its forward and backward unit gathers, and by ZeRO-1/2 as the "direct int4 weights" baseline (the
+// master weights stay in fp32; only the replicated model copy is quantized).
+//
+// hpZ: after a unit's forward gather each rank keeps a secondary shard, 1/D of the unit (D ranks per
+// node), so the backward gather runs inside the node only.
+//
+// The one-level quantized reduce-scatter: every destination shard encoded, one all-to-all over all
+// ranks, the received encodings summed in fp32 (the intra-only fallback of SDP4Bit §1.4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/parallel/wire_format.h"
+
+namespace odyssey {
+
+// A quantized all-gather that can be left in flight: start() encodes and launches, finish() waits and
+// decodes every rank's block into out (comm.size() · S floats).
+class QuantizedGather {
+ public:
+  void start(Communicator& comm, const WireFormat& format, const float* shard, size_t S, RoundingKey key);
+  void finish(float* out);
+  bool active() const { return active_; }
+  uint64_t scratch_bytes() const {
+    return send_.size() + recv_.size() + 4 * (send_scales_.size() + recv_scales_.size());
+  }
+
+ private:
+  WireFormat format_;
+  size_t S_ = 0, P_ = 0;
+  bool active_ = false;
+  std::vector<uint8_t> send_, recv_;
+  std::vector<float> send_scales_, recv_scales_;
+  RequestPtr values_, scales_;
+};
+
+// send: comm.size() · S; recv: S, this rank's shard summed over all ranks.
+void one_level_reduce_scatter(Communicator& comm, const WireFormat& format, const float* send, float* recv,
+                              size_t S, RoundingKey key);
+
+}  // namespace odyssey
