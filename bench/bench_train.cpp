@@ -1,0 +1,557 @@
+// Training-step throughput of our GPT-2 on random tokens, printed as one JSON object on stdout.
+//
+// A step is what the trainer does (train/trainer.cpp): zero_grads, forward_backward, global gradient
+// norm, clip scale, AdamW over every tensor. tokens_per_s and step_ms are medians over the steps after
+// the warm-up steps. MFU = achieved model FLOP/s (training_flops_per_token x tokens/s) divided by the
+// oneDNN fp32 GEMM rate measured in this process: gemm_gflops is measure_gemm_gflops(1024) (square
+// 1024^3, through gemm()), taken once before the warm-up and once after every step, median; gemm_fc_gflops
+// is the same for the model's own largest layer GEMM, the MLP c_fc forward [B*T, 4C] = [B*T, C] W^T
+// with bias, as linear_forward runs it.
+//
+// On a shared machine wall time measures the neighbours too. The *_cpu fields redo the figures with
+// process CPU time / threads in place of wall time (step_cpu_ms, achieved_gflops_cpu, gemm_gflops_cpu
+// for the same 1024^3 GEMM, mfu_cpu): an estimate for unshared cores, valid when waiting threads sleep
+// (OMP_WAIT_POLICY=passive) rather than spin. cpu_share = CPU time / wall time / threads.
+//
+// phases_ms (medians, per step) come from the model's unit hooks (LayerHooks) and a timing AttentionOp
+// wrapper, so they cost nothing: embedding, layers, final norm and LM head forward; the fused
+// softmax cross-entropy; LM head, final norm, layers and embedding backward; attention_fwd/bwd are
+// the parts of layers_fwd/bwd spent in attention. -1: the model did not call that hook.
+//
+// --profile K additionally runs K steps (after the timed ones; the last is reported) as an op-by-op replica
+// of GPT2::forward_backward (model/gpt2.cpp) with a timer around every kernel call, and reports ms and
+// GFLOP/s per op and per kind (gemm, attention, layernorm, gelu, ...). The replica calls the same
+// kernels on the same shapes; its loss is checked against the model's.
+//
+// Usage: bench_train [--n-layer 12] [--n-head 12] [--d-model 768] [--seq-len 1024] [--vocab 50257]
+//                    [--batch 1] [--steps 3] [--warmup 1] [--threads 2] [--seed 1] [--profile 0]
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "odyssey/core/buffer.h"
+#include "odyssey/core/timer.h"
+#include "odyssey/kernels/attention.h"
+#include "odyssey/kernels/cross_entropy.h"
+#include "odyssey/kernels/elementwise.h"
+#include "odyssey/kernels/embedding.h"
+#include "odyssey/kernels/gelu.h"
+#include "odyssey/kernels/gemm.h"
+#include "odyssey/kernels/layernorm.h"
+#include "odyssey/kernels/linear.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/model/params.h"
+#include "odyssey/optim/adamw.h"
+#include "odyssey/optim/grad_clip.h"
+
+using namespace odyssey;
+using nlohmann::json;
+
+namespace {
+
+struct Args {
+  int n_layer = 12, n_head = 12, d_model = 768, seq_len = 1024, vocab = 50257;
+  int batch = 1, steps = 3, warmup = 1, threads = 2, seed = 1, profile = 0;
+};
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  std::map<std::string, int*> keys = {
+      {"--n-layer", &a.n_layer}, {"--n-head", &a.n_head},  {"--d-model", &a.d_model},
+      {"--seq-len", &a.seq_len}, {"--vocab", &a.vocab},    {"--batch", &a.batch},
+      {"--steps", &a.steps},     {"--warmup", &a.warmup},  {"--threads", &a.threads},
+      {"--seed", &a.seed},       {"--profile", &a.profile}};
+  for (int i = 1; i < argc; ++i) {
+    auto it = keys.find(argv[i]);
+    if (it == keys.end() || i + 1 >= argc) {
+      fmt::print(stderr, "bench_train: unknown option or missing value: {}\n", argv[i]);
+      std::exit(2);
+    }
+    *it->second = std::atoi(argv[++i]);
+  }
+  if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.threads < 1) {
+    fmt::print(stderr, "bench_train: need steps >= 1, warmup >= 0, batch >= 1, threads >= 1\n");
+    std::exit(2);
+  }
+  return a;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// CPU time of the whole process (all threads): cpu / wall / threads tells how much of its cores a run
+// really had on a shared machine (OpenMP spin-waiting counts as CPU, so 1.0 is not all useful work).
+double cpu_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+double now_ms() {
+  static Timer clock;
+  return clock.ms();
+}
+
+// Timestamps of the model's unit hooks (model/gpt2.h: unit 0 embeddings and LM head, 1 + l layer l,
+// L + 1 final norm). Events are keyed "bf3#0": before_forward(3), first time in this step.
+struct PhaseHooks : LayerHooks {
+  std::map<std::string, double> t;
+  std::map<std::string, int> seen;
+  void mark(char kind, int unit) {
+    std::string key = fmt::format("{}{}",
+                                  kind == 'F'   ? "bf"
+                                  : kind == 'f' ? "af"
+                                  : kind == 'B' ? "bb"
+                                                : "ab",
+                                  unit);
+    t[fmt::format("{}#{}", key, seen[key]++)] = now_ms();
+  }
+  void before_forward(int u) override { mark('F', u); }
+  void after_forward(int u) override { mark('f', u); }
+  void before_backward(int u) override { mark('B', u); }
+  void after_backward(int u) override { mark('b', u); }
+  void clear() { t.clear(), seen.clear(); }
+  // Time from event a to event b, or -1 if either is missing.
+  double span(const std::string& a, const std::string& b) const {
+    auto ia = t.find(a), ib = t.find(b);
+    return ia == t.end() || ib == t.end() ? -1.0 : ib->second - ia->second;
+  }
+};
+
+// The local attention, timed.
+struct TimedAttention : AttentionOp {
+  LocalAttention inner;
+  double fwd_ms = 0, bwd_ms = 0;
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override {
+    double t = now_ms();
+    inner.forward(out, lse, qkv, B, T, H, D);
+    fwd_ms += now_ms() - t;
+  }
+  void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                int T, int H, int D) override {
+    double t = now_ms();
+    inner.backward(dqkv, dout, out, lse, qkv, B, T, H, D);
+    bwd_ms += now_ms() - t;
+  }
+};
+
+// GFLOP/s of one GEMM shape through gemm(), after a warm-up call, for about `seconds`: by wall time,
+// and by process CPU time / threads (what the shape would run at on unshared cores; see cpu_ms).
+struct GemmRate {
+  double wall, cpu;
+};
+GemmRate gemm_shape_gflops(int M, int N, int K, bool trans_b, bool with_bias, double seconds, int threads) {
+  std::vector<float> a(size_t(M) * K, 0.01f), b(size_t(K) * N, 0.02f), c(size_t(M) * N, 0.0f),
+      bias(size_t(N), 0.0f);
+  const float* bp = with_bias ? bias.data() : nullptr;
+  gemm(c.data(), a.data(), b.data(), bp, M, N, K, false, trans_b, false);
+  Timer timer;
+  const double c0 = cpu_ms();
+  long calls = 0;
+  do {
+    gemm(c.data(), a.data(), b.data(), bp, M, N, K, false, trans_b, false);
+    ++calls;
+  } while (timer.seconds() < seconds);
+  const double flops = 2.0 * M * N * double(K) * calls, wall = timer.seconds();
+  return {flops / wall / 1e9, flops / ((cpu_ms() - c0) / 1e3 / threads) / 1e9};
+}
+
+// ------------------------------------------------------------------------------------------------
+// Op-by-op profile: a replica of GPT2::run_forward / cross-entropy / run_backward (model/gpt2.cpp)
+// with a timer around every kernel call. linear_backward is split into its two GEMMs and the bias
+// column sum (the column sum is reproduced here, as linear.cpp does it) so each is timed alone.
+
+struct OpStat {
+  double ms = 0, cpu_ms = 0, flops = 0;
+  int calls = 0;
+};
+
+class Profiler {
+  static json entry(const OpStat& s, int threads, double step_ms) {
+    json o = {{"ms", s.ms}, {"cpu_ms", s.cpu_ms / threads}, {"pct", 100 * s.ms / step_ms}};
+    if (s.flops > 0) {
+      o["gflops"] = s.flops / (s.ms * 1e6);
+      o["gflops_cpu"] = s.flops / (s.cpu_ms / threads * 1e6);
+    }
+    return o;
+  }
+
+ public:
+  template <typename F>
+  void run(const std::string& name, double flops, F&& f) {
+    double t = now_ms(), c = cpu_ms();
+    f();
+    OpStat& s = stats_[name];
+    s.ms += now_ms() - t;
+    s.cpu_ms += cpu_ms() - c;
+    s.flops += flops;
+    ++s.calls;
+    if (std::find(order_.begin(), order_.end(), name) == order_.end()) order_.push_back(name);
+  }
+  // ms: wall time; cpu_ms: process CPU time over the op divided by the thread count, an estimate of
+  // the op's time on an unshared machine (run with OMP_WAIT_POLICY=passive so that waiting threads
+  // sleep instead of spinning, else spinning counts as CPU time).
+  json report(double step_ms, int threads) const {
+    json ops = json::object(), kinds = json::object();
+    std::map<std::string, OpStat> by_kind;
+    double total = 0, total_cpu = 0;
+    for (const auto& name : order_) {
+      const OpStat& s = stats_.at(name);
+      ops[name] = entry(s, threads, step_ms);
+      ops[name]["calls"] = s.calls;
+      OpStat& k = by_kind[name.substr(0, name.find('.'))];
+      k.ms += s.ms;
+      k.cpu_ms += s.cpu_ms;
+      k.flops += s.flops;
+      total += s.ms;
+      total_cpu += s.cpu_ms / threads;
+    }
+    for (const auto& [kind, s] : by_kind) kinds[kind] = entry(s, threads, step_ms);
+    return {{"step_ms", step_ms},
+            {"timed_ms", total},
+            {"timed_cpu_ms", total_cpu},
+            {"by_kind", kinds},
+            {"ops", ops}};
+  }
+
+ private:
+  std::map<std::string, OpStat> stats_;
+  std::vector<std::string> order_;
+};
+
+void column_sum_accumulate(float* dbias, const float* dout, int N, int OC) {
+  constexpr int kBlock = 64;
+  const int blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int o0 = blk * kBlock;
+    const int width = std::min(kBlock, OC - o0);
+    double acc[kBlock] = {};
+    for (int n = 0; n < N; ++n) {
+      const float* row = dout + size_t(n) * OC + o0;
+#pragma omp simd
+      for (int j = 0; j < width; ++j) acc[j] += row[j];
+    }
+    for (int j = 0; j < width; ++j) dbias[o0 + j] += float(acc[j]);
+  }
+}
+
+// One profiled training step. Returns the mean loss.
+double profiled_step(Profiler& prof, GPT2& model, float* m, float* v, const int* inputs, const int* targets,
+                     int B, int T, int64_t step) {
+  const ModelConfig& c = model.config();
+  const ParamTable& tb = model.table();
+  const int N = B * T, C = c.d_model, H = c.n_head, D = c.head_dim(), V = c.vocab_size, L = c.n_layer;
+  const size_t NC = size_t(N) * C;
+  const float* p = model.params();
+  float* g = model.grads();
+  const double attn_fwd_flops = 2.0 * B * H * double(T) * T * D;  // QK^T and PV, causal half
+  auto lin_flops = [&](int in, int out) { return 2.0 * N * double(in) * out; };
+
+  // Activations, as Activations::allocate.
+  struct Layer {
+    FloatBuffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
+  };
+  std::vector<Layer> a(static_cast<size_t>(L));
+  for (auto& la : a) {
+    la.ln1.resize(NC), la.ln1_mean.resize(size_t(N)), la.ln1_rstd.resize(size_t(N));
+    la.qkv.resize(3 * NC), la.atty.resize(NC), la.lse.resize(size_t(B) * H * T), la.res2.resize(NC);
+    la.ln2.resize(NC), la.ln2_mean.resize(size_t(N)), la.ln2_rstd.resize(size_t(N));
+    la.fch.resize(4 * NC), la.fch_gelu.resize(4 * NC), la.res3.resize(NC);
+  }
+  const size_t Nz = static_cast<size_t>(N);
+  FloatBuffer encoded(NC), lnf(NC), lnf_mean(Nz), lnf_rstd(Nz), logits(Nz * size_t(V)), losses(Nz);
+  FloatBuffer dres(NC), dln(NC), datty(NC), dqkv(3 * NC), dfch(4 * NC), dfch_gelu(4 * NC);
+  std::vector<int> positions(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) positions[size_t(i)] = i % T;
+  LocalAttention attention;
+  auto fwd = [&](const char* name, float* out, const float* in, const ParamInfo* w, const ParamInfo* b,
+                 int ic, int oc) {
+    prof.run(fmt::format("gemm.fwd.{}", name), lin_flops(ic, oc),
+             [&] { linear_forward(out, in, p + w->offset, b ? p + b->offset : nullptr, N, ic, oc); });
+  };
+  // linear_backward, split: dinp += dout W; dW += dout^T inp; db += colsum(dout).
+  auto bwd = [&](const char* name, float* dinp, const ParamInfo* w, const ParamInfo* b, const float* dout,
+                 const float* inp, int ic, int oc) {
+    prof.run(fmt::format("gemm.dinp.{}", name), lin_flops(ic, oc),
+             [&] { gemm(dinp, dout, p + w->offset, nullptr, N, ic, oc, false, false, true); });
+    prof.run(fmt::format("gemm.dweight.{}", name), lin_flops(ic, oc),
+             [&] { gemm(g + w->offset, dout, inp, nullptr, oc, ic, N, true, false, true); });
+    if (b) prof.run("bias_grad.colsum", 0, [&] { column_sum_accumulate(g + b->offset, dout, N, oc); });
+  };
+
+  prof.run("memset.zero_grads", 0, [&] { model.zero_grads(); });
+  // ---- forward
+  prof.run("embedding.fwd", 0, [&] {
+    embedding_forward(encoded.data(), inputs, positions.data(), p + tb.wte().offset, p + tb.wpe().offset, N,
+                      C);
+  });
+  for (int l = 0; l < L; ++l) {
+    const LayerParams& lp = tb.layer(l);
+    Layer& la = a[size_t(l)];
+    const float* x = l == 0 ? encoded.data() : a[size_t(l) - 1].res3.data();
+    prof.run("layernorm.fwd", 0, [&] {
+      layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), x, p + lp.ln1_w->offset,
+                        p + lp.ln1_b->offset, N, C);
+    });
+    fwd("qkv", la.qkv.data(), la.ln1.data(), lp.qkv_w, lp.qkv_b, C, 3 * C);
+    prof.run("attention.fwd", attn_fwd_flops,
+             [&] { attention.forward(la.atty.data(), la.lse.data(), la.qkv.data(), B, T, H, D); });
+    fwd("attn_proj", la.res2.data(), la.atty.data(), lp.attn_proj_w, lp.attn_proj_b, C, C);
+    prof.run("residual.add", 0, [&] { accumulate(la.res2.data(), x, NC); });
+    prof.run("layernorm.fwd", 0, [&] {
+      layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(),
+                        p + lp.ln2_w->offset, p + lp.ln2_b->offset, N, C);
+    });
+    fwd("fc", la.fch.data(), la.ln2.data(), lp.fc_w, lp.fc_b, C, 4 * C);
+    prof.run("gelu.fwd", 0, [&] { gelu_forward(la.fch_gelu.data(), la.fch.data(), 4 * NC); });
+    fwd("fc_proj", la.res3.data(), la.fch_gelu.data(), lp.fc_proj_w, lp.fc_proj_b, 4 * C, C);
+    prof.run("residual.add", 0, [&] { accumulate(la.res3.data(), la.res2.data(), NC); });
+  }
+  prof.run("layernorm.fwd", 0, [&] {
+    layernorm_forward(lnf.data(), lnf_mean.data(), lnf_rstd.data(), a.back().res3.data(),
+                      p + tb.lnf_w().offset, p + tb.lnf_b().offset, N, C);
+  });
+  fwd("lm_head", logits.data(), lnf.data(), &tb.wte(), nullptr, C, V);
+  const float dloss = 1.0f / float(N);
+  prof.run("cross_entropy.fwd_bwd", 0,
+           [&] { cross_entropy_forward_backward(logits.data(), losses.data(), targets, N, V, dloss); });
+  double loss = 0;
+  for (int i = 0; i < N; ++i) loss += losses[size_t(i)];
+  // ---- backward
+  prof.run("memset.act_grads", 0, [&] { dln.zero(); });
+  bwd("lm_head", dln.data(), &tb.wte(), nullptr, logits.data(), lnf.data(), C, V);
+  prof.run("memset.act_grads", 0, [&] { dres.zero(); });
+  prof.run("layernorm.bwd", 0, [&] {
+    layernorm_backward(dres.data(), g + tb.lnf_w().offset, g + tb.lnf_b().offset, dln.data(),
+                       a.back().res3.data(), p + tb.lnf_w().offset, lnf_mean.data(), lnf_rstd.data(), N, C);
+  });
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParams& lp = tb.layer(l);
+    Layer& la = a[size_t(l)];
+    const float* x = l == 0 ? encoded.data() : a[size_t(l) - 1].res3.data();
+    prof.run("memset.act_grads", 0, [&] { dfch_gelu.zero(); });
+    bwd("fc_proj", dfch_gelu.data(), lp.fc_proj_w, lp.fc_proj_b, dres.data(), la.fch_gelu.data(), 4 * C, C);
+    prof.run("memset.act_grads", 0, [&] { dfch.zero(); });
+    prof.run("gelu.bwd", 0, [&] { gelu_backward(dfch.data(), la.fch.data(), dfch_gelu.data(), 4 * NC); });
+    prof.run("memset.act_grads", 0, [&] { dln.zero(); });
+    bwd("fc", dln.data(), lp.fc_w, lp.fc_b, dfch.data(), la.ln2.data(), C, 4 * C);
+    prof.run("layernorm.bwd", 0, [&] {
+      layernorm_backward(dres.data(), g + lp.ln2_w->offset, g + lp.ln2_b->offset, dln.data(), la.res2.data(),
+                         p + lp.ln2_w->offset, la.ln2_mean.data(), la.ln2_rstd.data(), N, C);
+    });
+    prof.run("memset.act_grads", 0, [&] { datty.zero(); });
+    bwd("attn_proj", datty.data(), lp.attn_proj_w, lp.attn_proj_b, dres.data(), la.atty.data(), C, C);
+    prof.run("memset.act_grads", 0, [&] { dqkv.zero(); });
+    prof.run("attention.bwd", 2 * attn_fwd_flops, [&] {
+      attention.backward(dqkv.data(), datty.data(), la.atty.data(), la.lse.data(), la.qkv.data(), B, T, H, D);
+    });
+    prof.run("memset.act_grads", 0, [&] { dln.zero(); });
+    bwd("qkv", dln.data(), lp.qkv_w, lp.qkv_b, dqkv.data(), la.ln1.data(), C, 3 * C);
+    prof.run("layernorm.bwd", 0, [&] {
+      layernorm_backward(dres.data(), g + lp.ln1_w->offset, g + lp.ln1_b->offset, dln.data(), x,
+                         p + lp.ln1_w->offset, la.ln1_mean.data(), la.ln1_rstd.data(), N, C);
+    });
+  }
+  prof.run("embedding.bwd", 0, [&] {
+    embedding_backward(g + tb.wte().offset, g + tb.wpe().offset, dres.data(), inputs, positions.data(), N, C);
+  });
+  // ---- optimizer
+  const size_t P = size_t(model.num_params());
+  double norm = 0;
+  prof.run("optim.grad_norm", 0, [&] { norm = std::sqrt(sum_of_squares(g, P)); });
+  const float scale = clip_scale(norm, 1.0f);
+  AdamWConfig adamw;
+  prof.run("optim.adamw", 0, [&] {
+    for (const ParamInfo& t : tb.tensors())
+      adamw_update(model.params() + t.offset, g + t.offset, m + t.offset, v + t.offset, size_t(t.numel),
+                   adamw, adamw.lr, step, scale, t.weight_decay);
+  });
+  return loss / N;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse_args(argc, argv);
+  omp_set_num_threads(args.threads);
+
+  ModelConfig config;
+  config.n_layer = args.n_layer;
+  config.n_head = args.n_head;
+  config.d_model = args.d_model;
+  config.seq_len = args.seq_len;
+  config.vocab_size = args.vocab;
+  GPT2 model(config);
+  const ParamTable& table = model.table();
+  init_parameters(model.params(), table, config, uint64_t(args.seed));
+  const size_t P = size_t(model.num_params());
+  FloatBuffer m(P), v(P);
+  const int B = args.batch, T = args.seq_len, N = B * T, L = args.n_layer;
+
+  PhaseHooks hooks;
+  std::map<std::string, std::vector<double>> phase;
+  TimedAttention attention;
+  model.set_hooks(&hooks);
+  model.set_attention(&attention);
+
+  std::mt19937 rng(uint32_t(args.seed));
+  std::uniform_int_distribution<int> token(0, args.vocab - 1);
+  std::vector<int> inputs(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
+  auto fill_tokens = [&] {
+    for (auto& t : inputs) t = token(rng);
+    for (auto& t : targets) t = token(rng);
+  };
+
+  const GemmRate gemm_fc =
+      gemm_shape_gflops(N, 4 * args.d_model, args.d_model, true, true, 0.3, args.threads);
+  // The official rate (measure_gemm_gflops, wall time) and the same square GEMM by CPU time.
+  std::vector<double> gemm_rates, gemm_rates_cpu;
+  auto measure_gemm = [&] {
+    gemm_rates.push_back(measure_gemm_gflops(1024, 0.3));
+    gemm_rates_cpu.push_back(gemm_shape_gflops(1024, 1024, 1024, false, false, 0.3, args.threads).cpu);
+  };
+  measure_gemm();
+  AdamWConfig adamw;
+  const float dloss = 1.0f / float(N);
+  std::vector<double> step_ms, step_cpu_ms, cpu_share, zero_ms, fb_ms, attn_f, attn_b, norm_ms, opt_ms;
+  double loss = 0, grad_norm = 0;
+  for (int s = 0; s < args.warmup + args.steps; ++s) {
+    fill_tokens();
+    attention.fwd_ms = attention.bwd_ms = 0;
+    hooks.clear();
+    double t0 = now_ms(), c0 = cpu_ms();
+    model.zero_grads();
+    double t1 = now_ms();
+    int64_t count = 0;
+    loss =
+        model.forward_backward(inputs.data(), targets.data(), nullptr, B, T, dloss, &count) / double(count);
+    double t2 = now_ms();
+    grad_norm = std::sqrt(sum_of_squares(model.grads(), P));
+    const float scale = clip_scale(grad_norm, 1.0f);
+    double t3 = now_ms();
+    for (const ParamInfo& p : table.tensors())
+      adamw_update(model.params() + p.offset, model.grads() + p.offset, m.data() + p.offset,
+                   v.data() + p.offset, size_t(p.numel), adamw, adamw.lr, s + 1, scale, p.weight_decay);
+    double t4 = now_ms(), c4 = cpu_ms();
+    fmt::print(stderr, "step {}{}: {:.0f} ms, loss {:.4f}, grad norm {:.3f}\n", s + 1,
+               s < args.warmup ? " (warm-up)" : "", t4 - t0, loss, grad_norm);
+    measure_gemm();
+    if (s < args.warmup) continue;
+    step_ms.push_back(t4 - t0);
+    cpu_share.push_back((c4 - c0) / (t4 - t0) / args.threads);
+    step_cpu_ms.push_back((c4 - c0) / args.threads);
+    zero_ms.push_back(t1 - t0);
+    fb_ms.push_back(t2 - t1);
+    // Phases between hook events (see PhaseHooks); -1 where the model did not call a hook.
+    const std::string Lu = std::to_string(L), Fu = std::to_string(L + 1);
+    auto push = [&](const char* name, double ms) { phase[name].push_back(ms); };
+    push("embedding_fwd", hooks.span("bf0#0", "af0#0"));
+    push("layers_fwd", hooks.span("bf1#0", "af" + Lu + "#0"));
+    push("lnf_fwd", hooks.span("bf" + Fu + "#0", "af" + Fu + "#0"));
+    push("lm_head_fwd", hooks.span("bf0#1", "af0#1"));
+    push("cross_entropy_fwd_bwd", hooks.span("af0#1", "bb0#0"));
+    push("lm_head_bwd", hooks.span("bb0#0", "bb" + Fu + "#0"));
+    push("lnf_bwd", hooks.span("bb" + Fu + "#0", "ab" + Fu + "#0"));
+    push("layers_bwd", hooks.span("bb" + Lu + "#0", "ab1#0"));
+    push("embedding_bwd", hooks.span("ab1#0", "ab0#0"));
+    attn_f.push_back(attention.fwd_ms);
+    attn_b.push_back(attention.bwd_ms);
+    norm_ms.push_back(t3 - t2);
+    opt_ms.push_back(t4 - t3);
+  }
+
+  const double ms = median(step_ms);
+  const double tokens_per_s = N / (ms / 1e3);
+  const double flops_per_token = training_flops_per_token(config, T);
+  const double achieved = flops_per_token * tokens_per_s / 1e9;
+  const double gemm_gflops = median(gemm_rates);
+  // By CPU time: the step and the GEMM as they would run on unshared cores.
+  const double achieved_cpu = flops_per_token * N / (median(step_cpu_ms) / 1e3) / 1e9;
+  const double gemm_gflops_cpu = median(gemm_rates_cpu);
+  json out = {
+      {"engine", "odyssey"},
+      {"config",
+       {{"n_layer", args.n_layer},
+        {"n_head", args.n_head},
+        {"d_model", args.d_model},
+        {"seq_len", T},
+        {"vocab", args.vocab},
+        {"batch", B},
+        {"threads", args.threads},
+        {"steps", args.steps},
+        {"warmup", args.warmup}}},
+      {"params", P},
+      {"tokens_per_step", N},
+      {"tokens_per_s", tokens_per_s},
+      {"step_ms", ms},
+      {"step_ms_all", step_ms},
+      {"cpu_share", median(cpu_share)},
+      {"flops_per_token", flops_per_token},
+      {"achieved_gflops", achieved},
+      {"gemm_gflops", gemm_gflops},
+      {"gemm_gflops_all", gemm_rates},
+      {"gemm_note",
+       "gemm_gflops: measure_gemm_gflops(1024), square fp32 through gemm(), median of one before "
+       "warm-up and one after each step; gemm_fc_gflops: [B*T,C]x[C,4C]+bias (c_fc forward)"},
+      {"gemm_fc_gflops", gemm_fc.wall},
+      {"mfu", achieved / gemm_gflops},
+      {"mfu_vs_fc_gemm", achieved / gemm_fc.wall},
+      {"cpu_time_note",
+       "by process CPU time / threads instead of wall time: an estimate for unshared cores, "
+       "valid with OMP_WAIT_POLICY=passive (spinning threads count as CPU time)"},
+      {"step_cpu_ms", median(step_cpu_ms)},
+      {"achieved_gflops_cpu", achieved_cpu},
+      {"gemm_gflops_cpu", gemm_gflops_cpu},
+      {"gemm_fc_gflops_cpu", gemm_fc.cpu},
+      {"mfu_cpu", achieved_cpu / gemm_gflops_cpu},
+      {"loss", loss},
+      {"grad_norm", grad_norm},
+  };
+  json phases = {{"zero_grads", median(zero_ms)}, {"forward_backward", median(fb_ms)}};
+  for (const auto& [name, v] : phase) phases[name] = median(v);
+  phases["attention_fwd"] = median(attn_f);
+  phases["attention_bwd"] = median(attn_b);
+  phases["grad_norm"] = median(norm_ms);
+  phases["optimizer"] = median(opt_ms);
+  out["phases_ms"] = phases;
+  if (args.profile) {
+    model.set_hooks(nullptr);
+    model.set_attention(nullptr);
+    // Reference loss on fixed tokens through the model, then the same tokens through the replica.
+    fill_tokens();
+    int64_t count = 0;
+    model.zero_grads();
+    double model_loss = model.forward(inputs.data(), targets.data(), nullptr, B, T, &count) / double(count);
+    // --profile K: K profiled steps, the last one reported (the first pays page faults of its buffers).
+    json report;
+    double prof_loss = 0;
+    for (int k = 0; k < args.profile; ++k) {
+      Profiler prof;
+      double t0 = now_ms();
+      double l = profiled_step(prof, model, m.data(), v.data(), inputs.data(), targets.data(), B, T,
+                               args.warmup + args.steps + 1 + k);
+      if (k == 0) prof_loss = l;  // before its own update: comparable with the model's loss
+      report = prof.report(now_ms() - t0, args.threads);
+    }
+    report["loss_replica"] = prof_loss;
+    report["loss_model"] = model_loss;
+    out["profile"] = report;
+  }
+  fmt::print("{}\n", out.dump());
+  return 0;
+}
