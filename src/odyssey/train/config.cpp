@@ -9,6 +9,8 @@
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 #include "odyssey/parallel/comm_options.h"
+#include "odyssey/parallel/sequence_shard.h"
+#include "odyssey/parallel/ulysses.h"
 
 namespace odyssey {
 namespace {
@@ -108,6 +110,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("parallel.dp", int, parallel.dp),
       ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses),
       ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
+      ODY_KEY("parallel.sp_ring_layout", std::string, parallel.sp_ring_layout),
       ODY_KEY("parallel.tp", int, parallel.tp),
       ODY_KEY("parallel.pp", int, parallel.pp),
       ODY_KEY("parallel.zero_stage", int, parallel.zero_stage),
@@ -210,8 +213,22 @@ void RunConfig::validate(int world_size) const {
             p.dp, p.sp_ulysses, p.sp_ring, p.tp, p.pp, world_size);
   ODY_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             p.zero_stage);
-  ODY_CHECK(non_dp == 1,
-            "parallel.sp_ulysses/sp_ring/tp/pp: only data parallelism is available in this build");
+  ODY_CHECK(p.tp * p.pp == 1,
+            "parallel.tp ({}) / parallel.pp ({}): tensor and pipeline parallelism are not "
+            "available in this build",
+            p.tp, p.pp);
+  ODY_CHECK(p.sp_ring_layout == "zigzag" || p.sp_ring_layout == "contiguous",
+            "parallel.sp_ring_layout: unknown layout '{}' (zigzag, contiguous)", p.sp_ring_layout);
+  if (p.sp_ulysses * p.sp_ring > 1) {
+    // The sequence split and the head split must work for this model, before any work starts.
+    try {
+      check_sequence_shard(seq_len(), {p.sp_ulysses, p.sp_ring, 0, 0, parse_ring_layout(p.sp_ring_layout)});
+      UlyssesHeads(model.n_head, model.n_head, p.sp_ulysses);
+    } catch (const Error& e) {
+      fail("parallel.sp_ulysses ({}) x parallel.sp_ring ({}) with train.seq_len {} and model.n_head {}: {}",
+           p.sp_ulysses, p.sp_ring, seq_len(), model.n_head, e.what());
+    }
+  }
   ODY_CHECK(p.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0, got {}", p.ranks_per_node);
   ODY_CHECK(p.ranks_per_node == 0 || world_size % p.ranks_per_node == 0,
             "parallel.ranks_per_node ({}) must divide the world size ({})", p.ranks_per_node, world_size);
@@ -228,7 +245,7 @@ void RunConfig::validate(int world_size) const {
     co.ranks_per_node = p.ranks_per_node;
     // Without ranks_per_node the nodes are known only once MPI runs (the engine checks again then).
     if (p.ranks_per_node > 0)
-      validate_comm(co, p.zero_stage, dp);
+      validate_comm(co, p.zero_stage, dp * p.sp_ulysses * p.sp_ring);  // ZeRO shards over dp x sp
     else
       validate_comm_keys(co, p.zero_stage);
   }

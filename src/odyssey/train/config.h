@@ -39,6 +39,7 @@ struct TrainConfig {
 struct ParallelConfig {
   int dp = 0;  // 0: derived from the world size
   int sp_ulysses = 1, sp_ring = 1, tp = 1, pp = 1;
+  std::string sp_ring_layout = "zigzag";  // token order across ring ranks: zigzag | contiguous
   int zero_stage = 0;
   int ranks_per_node = 0;  // 0: as MPI reports
   double bucket_mb = 25;   // gradient bucket size in MB (10^6 bytes); 0: one unit per bucket

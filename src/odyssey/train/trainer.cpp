@@ -20,7 +20,11 @@
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/optim/schedule.h"
+#include "odyssey/parallel/sequence_shard.h"
+#include "odyssey/parallel/usp_attention.h"
 #include "odyssey/parallel/zero.h"
+#include "odyssey/train/batch_loader.h"
+#include "odyssey/train/evaluate.h"
 #include "odyssey/train/metrics.h"
 #include "odyssey/train/sharded_checkpoint.h"
 
@@ -142,7 +146,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   const TrainConfig& tc = config.train;
   const ParallelConfig& pc = config.parallel;
   ProcessGrid grid(world, GridDims{pc.tp, pc.sp_ulysses, pc.sp_ring, pc.dp, pc.pp, pc.ranks_per_node});
+  // Rows are split over dp; each row's sequence over sp. Weights are replicated over dp x sp, so
+  // their gradients are summed, and ZeRO shards, over dp_sp (= dp without sequence parallelism).
   Communicator& dp = grid.dp();
+  Communicator& replicas = grid.dp_sp();
   const bool root = world.rank() == 0;
   // Cores per rank on this host unless train.threads or OMP_NUM_THREADS says otherwise (collective).
   const int host_threads = default_threads_per_rank(world);
@@ -165,10 +172,21 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
     // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
     const std::vector<int>& node = grid.members(GridGroup::intra_node);
     int local = 0;
-    for (int r : grid.members(GridGroup::dp)) local += std::count(node.begin(), node.end(), r) > 0;
+    for (int r : grid.members(GridGroup::dp_sp)) local += std::count(node.begin(), node.end(), r) > 0;
     zo.comm.ranks_per_node = local;
   }
-  ZeroEngine engine(model, dp, zo);
+  ZeroEngine engine(model, replicas, zo);
+
+  // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
+  std::unique_ptr<SequenceParallelAttention> sp_attention;
+  SequenceShard shard;
+  if (grid.sp().size() > 1) {
+    SpAttentionOptions so;
+    so.layout = parse_ring_layout(pc.sp_ring_layout);
+    sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
+    model.set_attention(sp_attention.get());
+    shard = sp_attention->shard();
+  }
 
   // Data first: a bad shard is refused before anything is written.
   std::unique_ptr<TokenDataset> train_data, val_data;
@@ -229,7 +247,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
                       {"step", step},
                       {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
     state.run["parallel"] = state.layout;
-    return save_sharded_checkpoint(dp, engine, table, state, config.checkpoint.dir, config.checkpoint.keep);
+    return save_sharded_checkpoint(replicas, engine, table, state, config.checkpoint.dir,
+                                   config.checkpoint.keep);
   };
 
   const double flops_per_token = training_flops_per_token(config.model, T);
@@ -255,7 +274,22 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
   TrainResult result;
   result.steps = start_step;
-  std::vector<int> inputs(size_t(tc.micro_batch) * T), targets(size_t(tc.micro_batch) * T);
+  std::unique_ptr<BatchLoader> train_rows, val_rows;
+  if (train_data)
+    train_rows =
+        std::make_unique<BatchLoader>(*train_data, tc.global_batch, tc.micro_batch, dp.rank(), ranks, shard);
+  if (val_data)
+    val_rows =
+        std::make_unique<BatchLoader>(*val_data, tc.global_batch, tc.micro_batch, dp.rank(), ranks, shard);
+  const uint64_t val_row_count =
+      val_data ? (tc.eval_rows > 0 ? std::min<uint64_t>(uint64_t(tc.eval_rows), val_data->rows_per_epoch())
+                                   : val_data->rows_per_epoch())
+               : 0;
+  auto validate = [&] {
+    return evaluate_distributed(model, *val_rows, val_row_count, dp.rank(), ranks, replicas);
+  };
+  const int Tl = train_rows ? train_rows->local_len() : T;  // tokens per row on this rank
+  std::vector<int> inputs(size_t(tc.micro_batch) * Tl), targets(size_t(tc.micro_batch) * Tl);
   const float dloss = 1.0f / float(int64_t(tc.global_batch) * T);
   double total_tokens_per_s = 0;
   int64_t steps_run = 0;
@@ -269,18 +303,15 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
     engine.zero_grad();
     LossSum local{0, 0};
     for (int micro = 0; micro < accum; ++micro) {
-      const uint64_t row0 = uint64_t(step) * uint64_t(tc.global_batch) +
-                            uint64_t(micro * ranks + dp.rank()) * uint64_t(tc.micro_batch);
-      for (int b = 0; b < tc.micro_batch; ++b)
-        train_data->get_row(row0 + uint64_t(b), &inputs[size_t(b) * T], &targets[size_t(b) * T]);
+      train_rows->load(step, micro, inputs.data(), targets.data());
       engine.begin_micro_step(micro == accum - 1);
       int64_t n = 0;
-      local.sum +=
-          model.forward_backward(inputs.data(), targets.data(), nullptr, tc.micro_batch, T, dloss, &n);
+      local.sum += model.forward_backward(inputs.data(), targets.data(), train_rows->positions(),
+                                          tc.micro_batch, Tl, dloss, &n);
       local.count += n;
       engine.end_micro_step();
     }
-    const double loss = global_mean(dp, local);
+    const double loss = global_mean(replicas, local);
     const double grad_norm = engine.grad_norm();
     ODY_CHECK(std::isfinite(loss) && std::isfinite(grad_norm),
               "step {}: loss {} / gradient norm {} is not finite", step + 1, loss, grad_norm);
@@ -321,8 +352,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
     const bool last = step + 1 == end_step;
     const bool eval_now = val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
-      // Every rank evaluates the same rows (ZeRO-3 forwards are collective).
-      double val = evaluate_loss(model, *val_data, tc.eval_rows, tc.micro_batch);
+      double val = validate();
       record["val_loss"] = val;
       result.val_loss = val;
     }
@@ -345,8 +375,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
     }
   }
   result.tokens_per_s = steps_run ? total_tokens_per_s / double(steps_run) : 0;
-  if (val_data && steps_run == 0)
-    result.val_loss = evaluate_loss(model, *val_data, tc.eval_rows, tc.micro_batch);
+  if (val_data && steps_run == 0) result.val_loss = validate();
   // A signal right after a periodic save does not write the same step twice.
   const std::string saved = fmt::format("{}/step_{:08d}", config.checkpoint.dir, result.steps);
   const bool just_saved =
