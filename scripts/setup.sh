@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Odyssey builds and tests with (idempotent: skips when present).
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config git ca-certificates
+packages=(build-essential cmake ninja-build pkg-config git ca-certificates python3
           libdnnl-dev libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev
           libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin clang-format)
 # The benchmark against PyTorch needs an optimized BLAS for it (Debian's reference BLAS is 100x slower).

@@ -1,6 +1,6 @@
 # Resharding: a checkpoint written at dp=4 ZeRO-3 (np 4) resumes at dp=2 ZeRO-1 (np 2) and dp=1, and
 # ones written at dp=1 and dp=2 ZeRO-1 resume at dp=4 ZeRO-3; the following losses match the
-# uninterrupted run within relative 1e-5. (Sequence parallelism is not in the trainer yet.)
+# uninterrupted run within relative 1e-5. (Layouts with sequence parallelism: checkpoint_reshard_sp.sh.)
 source "$(dirname "$0")/common.sh" "$@"
 MPIRUN=(mpirun --oversubscribe)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
