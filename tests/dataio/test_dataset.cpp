@@ -1,3 +1,4 @@
+#include "data_test_util.h"
 #include "odyssey/data/dataset.h"
 
 #include <gtest/gtest.h>
@@ -20,27 +21,8 @@ using odyssey::write_token_shard;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ody_dataset_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
-
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << message << "\nlacks: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no odyssey::Error thrown";
-}
+using odyssey::testing_data::expect_error;
+using odyssey::testing_data::TempDir;
 
 // Writes shards "s_000.bin", ... holding consecutive tokens 0, 1, 2, ... across all of them, so that a
 // row is correct iff it is the range [start, start + T].

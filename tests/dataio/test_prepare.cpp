@@ -1,3 +1,4 @@
+#include "data_test_util.h"
 #include "odyssey/data/prepare.h"
 
 #include <gtest/gtest.h>
@@ -22,27 +23,8 @@ using odyssey::PrepareOptions;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ody_prepare_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
-
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << message << "\nlacks: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no odyssey::Error thrown";
-}
+using odyssey::testing_data::expect_error;
+using odyssey::testing_data::TempDir;
 
 // The text held by a list of shards, decoded with the byte tokenizer.
 std::string decode_shards(const std::vector<std::string>& files) {

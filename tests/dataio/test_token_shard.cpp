@@ -1,3 +1,4 @@
+#include "data_test_util.h"
 #include "odyssey/data/token_shard.h"
 
 #include <gtest/gtest.h>
@@ -21,28 +22,8 @@ using odyssey::write_token_shard;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ody_shard_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
-
-// Runs fn, expects an odyssey::Error whose message contains every one of `parts`.
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << message << "\nlacks: " << part;
-    return;
-  }
-  ADD_FAILURE() << "no odyssey::Error thrown";
-}
+using odyssey::testing_data::expect_error;
+using odyssey::testing_data::TempDir;
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -72,43 +72,16 @@ RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 
   GPT2 model(c, false);
   ZeroEngine engine(model, dp, o);
   const size_t P = size_t(model.num_params());
-  {
-    std::vector<float> init(P);
-    init_parameters(init.data(), model.table(), c, kSeed);
-    engine.load(init.data(), nullptr, nullptr);
-  }
-  const int ranks = dp.size(), rank = dp.rank();
-  const int accum = kGlobalBatch / (micro_batch * ranks);
-  std::vector<int> in(size_t(micro_batch) * kT), tg(size_t(micro_batch) * kT);
-  const float dloss = 1.0f / float(kGlobalBatch * kT);
+  load_initial(model, engine);
+  RunResult steps;
+  run_steps(model, engine, dp, kSteps, micro_batch, steps);
   RunOut r;
-  for (int s = 0; s < kSteps; ++s) {
-    engine.zero_grad();
-    LossSum local{0, 0};
-    for (int micro = 0; micro < accum; ++micro) {
-      const int row0 = s * kGlobalBatch + (micro * ranks + rank) * micro_batch;
-      for (int b = 0; b < micro_batch; ++b)
-        synthetic_row(uint64_t(row0 + b), c.vocab_size, &in[size_t(b) * kT], &tg[size_t(b) * kT]);
-      engine.begin_micro_step(micro == accum - 1);
-      int64_t n = 0;
-      local.sum += model.forward_backward(in.data(), tg.data(), nullptr, micro_batch, kT, dloss, &n);
-      local.count += n;
-      engine.end_micro_step();
-    }
-    std::vector<LossSum> all(static_cast<size_t>(ranks));
-    dp.all_gather(&local, all.data(), sizeof(local), DType::u8);
-    double sum = 0;
-    int64_t count = 0;
-    for (auto& a : all) sum += a.sum, count += a.count;
-    const double norm = engine.grad_norm();
-    engine.step(adamw_config(), kLr, s + 1, clip_scale(norm, kClip));
-    r.losses.push_back(sum / double(count));
-  }
+  r.losses = steps.losses;
   r.traffic = engine.traffic();
   r.padded_total = engine.partition().padded_total();
   r.num_params = int64_t(P);
   uint64_t h = fnv1a(engine.model_weights());
-  r.hashes.resize(size_t(ranks));
+  r.hashes.resize(size_t(dp.size()));
   dp.all_gather(&h, r.hashes.data(), sizeof(h), DType::u8);
   r.params.assign(P, 0.0f);
   engine.gather_to_root(r.params.data(), nullptr, nullptr, false);

@@ -95,24 +95,22 @@ struct LossSum {
   int64_t count;
 };
 
-// The same steps over dp with a ZeRO stage: rank r takes rows [r*mb, (r+1)*mb) of each micro-step's
-// mb*dp rows (the layout-independent global batch).
-inline RunResult train_zero(Communicator& dp, const ZeroOptions& options, int steps, int micro_batch,
-                            MemoryReport* memory = nullptr) {
-  const ModelConfig c = tiny_config();
-  GPT2 model(c, false);
-  ZeroEngine engine(model, dp, options);
-  const size_t P = size_t(model.num_params());
-  {
-    std::vector<float> init(P);
-    init_parameters(init.data(), model.table(), c, kSeed);
-    engine.load(init.data(), nullptr, nullptr);
-  }
+// Loads the initial parameters into an engine (each rank keeps what its stage keeps).
+inline void load_initial(GPT2& model, ZeroEngine& engine) {
+  std::vector<float> init(size_t(model.num_params()));
+  init_parameters(init.data(), model.table(), model.config(), kSeed);
+  engine.load(init.data(), nullptr, nullptr);
+}
+
+// `steps` steps over dp with an engine: rank r takes rows [r*mb, (r+1)*mb) of each micro-step's
+// mb*dp rows (the layout-independent global batch). Appends losses and norms to r.
+inline void run_steps(GPT2& model, ZeroEngine& engine, Communicator& dp, int steps, int micro_batch,
+                      RunResult& r) {
+  const ModelConfig& c = model.config();
   const int ranks = dp.size(), rank = dp.rank();
   const int accum = kGlobalBatch / (micro_batch * ranks);
   std::vector<int> in(size_t(micro_batch) * kT), tg(size_t(micro_batch) * kT);
   const float dloss = 1.0f / float(kGlobalBatch * kT);
-  RunResult r;
   for (int s = 0; s < steps; ++s) {
     engine.zero_grad();
     LossSum local{0, 0};
@@ -136,6 +134,18 @@ inline RunResult train_zero(Communicator& dp, const ZeroOptions& options, int st
     r.losses.push_back(sum / double(count));
     r.norms.push_back(norm);
   }
+}
+
+// The same steps over dp with a ZeRO stage.
+inline RunResult train_zero(Communicator& dp, const ZeroOptions& options, int steps, int micro_batch,
+                            MemoryReport* memory = nullptr) {
+  const ModelConfig c = tiny_config();
+  GPT2 model(c, false);
+  ZeroEngine engine(model, dp, options);
+  const size_t P = size_t(model.num_params());
+  load_initial(model, engine);
+  RunResult r;
+  run_steps(model, engine, dp, steps, micro_batch, r);
   if (memory) *memory = engine.memory();
   r.params.assign(P, 0.0f);
   engine.gather_to_root(r.params.data(), nullptr, nullptr, false);

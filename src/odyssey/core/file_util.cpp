@@ -53,7 +53,8 @@ std::vector<uint8_t> read_binary_file(const std::string& path) {
   ODY_CHECK(in, "cannot open {}: {}", path, std::strerror(errno));
   std::vector<uint8_t> bytes;
   char chunk[1 << 16];
-  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) bytes.insert(bytes.end(), chunk, chunk + in.gcount());
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0)
+    bytes.insert(bytes.end(), chunk, chunk + in.gcount());
   ODY_CHECK(in.eof(), "cannot read {}", path);
   return bytes;
 }

@@ -11,10 +11,10 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // text files (each file is one or more documents)
   std::string output_dir;
   std::string tokenizer = "bytes";
-  std::string vocab_dir;          // for gpt2
-  double val_fraction = 0.05;     // share of documents that go to val, chosen deterministically
+  std::string vocab_dir;       // for gpt2
+  double val_fraction = 0.05;  // share of documents that go to val, chosen deterministically
   uint64_t shard_tokens = 100'000'000;
-  bool progress = true;           // progress bar on stderr
+  bool progress = true;  // progress bar on stderr
 };
 
 struct PrepareSummary {

@@ -38,8 +38,8 @@ struct AttentionMask {
 };
 
 // out [B, Tq, H, D] (overwritten), lse [B, H, Tq] (overwritten, natural log, of scale * q.k).
-void attention_forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
-                       AttentionMask mask, float scale);
+void attention_forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
+                       AttentionDims dims, AttentionMask mask, float scale);
 
 // Accumulates dq [B, Tq, H, D], dk and dv [B, Tk, Hkv, D]. out and lse are the final values of the
 // whole attention (for ring attention: after the LSE merge), as flash-attention's backward needs.

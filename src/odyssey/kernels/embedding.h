@@ -5,8 +5,8 @@
 namespace odyssey {
 
 // tokens [N], positions [N] -> out [N, C] = wte[tokens] + wpe[positions]
-void embedding_forward(float* out, const int* tokens, const int* positions, const float* wte, const float* wpe,
-                       int N, int C);
+void embedding_forward(float* out, const int* tokens, const int* positions, const float* wte,
+                       const float* wpe, int N, int C);
 
 // Accumulates dwte [V, C] and dwpe [maxT, C] from dout [N, C]. Deterministic (no atomics).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, const int* positions,

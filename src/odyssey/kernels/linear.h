@@ -5,7 +5,8 @@
 namespace odyssey {
 
 // inp [N, C], weight [OC, C], bias [OC] or null -> out [N, OC]
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
+                    int OC);
 
 // Accumulates: dinp [N, C] += dout W; dweight [OC, C] += dout^T inp; dbias [OC] += sum_n dout.
 // dinp or dbias may be null (not needed).
