@@ -9,6 +9,7 @@
 //     params.rank00000.safetensors  fp32 master weights: for every tensor intersecting what rank 0
 //     m.rank00000.safetensors       owns, the 1-D slice [begin, end) of the flattened tensor; the
 //     v.rank00000.safetensors       header metadata repeats the global shape and range per tensor
+//     weights.rank00000.safetensors (ZeRO 1-2 with comm.weights only) the quantized model-weight replica
 //     ...                           (one file per kind and writing rank)
 //
 // The ranks write their files in parallel into "<run dir>/.step_00000010.tmp/"; after every rank has
@@ -27,9 +28,12 @@
 
 namespace odyssey {
 
-// The kinds of state a checkpoint holds: master weights and the two AdamW moments.
+// The kinds of state a checkpoint holds: master weights, the two AdamW moments and, optionally (ZeRO
+// 1-2 with quantized weight communication), the model-weight replica the forward uses, which differs
+// from the master by the accumulated quantization error. A checkpoint lists the first n kinds it holds;
+// readers ignore "weights" when they have no use for it.
 inline const std::vector<std::string>& checkpoint_kinds() {
-  static const std::vector<std::string> kinds = {"params", "m", "v"};
+  static const std::vector<std::string> kinds = {"params", "m", "v", "weights"};
   return kinds;
 }
 
@@ -61,8 +65,8 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
                               const CheckpointState& state, const ParamTable& table, int writers,
                               const std::vector<std::vector<WrittenFile>>& files, int keep);
 
-// Fills `ranges` of kind ("params", "m" or "v") in dense (laid out by table) from the slices holding
-// them, verifying each slice read. state must come from read_checkpoint_manifest of a format-2 dir.
+// Fills `ranges` of kind ("params", "m", "v" or "weights") in dense (laid out by table) from the slices
+// holding them, verifying each slice read. state must come from read_checkpoint_manifest of a format-2 dir.
 void read_slices(const std::string& dir, const CheckpointState& state, const ParamTable& table,
                  const std::string& kind, const std::vector<DenseRange>& ranges, float* dense);
 

@@ -186,13 +186,14 @@ void ZeroEngine::after_backward(int unit) {
   if (opt_.stage == 3) release(unit);
 }
 
-void ZeroEngine::load(const float* params, const float* m, const float* v) {
+void ZeroEngine::load(const float* params, const float* m, const float* v, const float* weights) {
   release_all();
   head_next_ = false;
+  ODY_CHECK(weights == nullptr || master_.size(), "ZeRO: a weight replica given to an engine without one");
   if (opt_.stage == 3)
     part_->dense_to_local(params, params_.data());
   else
-    part_->dense_to_padded(params, params_.data());
+    part_->dense_to_padded(weights ? weights : params, params_.data());
   if (master_.size()) part_->dense_to_local(params, master_.data());
   for (FloatBuffer& sec : secondary_) sec.resize(0);
   // Stage 0's partition is one rank, where local is the whole buffer.
@@ -204,6 +205,21 @@ void ZeroEngine::load(const float* params, const float* m, const float* v) {
     part_->dense_to_local(v, v_.data());
   else
     v_.zero();
+}
+
+void ZeroEngine::set_completed_steps(int64_t steps) {
+  ODY_CHECK(steps >= 0, "ZeRO: {} completed steps", steps);
+  grad_round_ = uint32_t(steps);  // zero_grad starts step steps + 1
+}
+
+nlohmann::json ZeroEngine::replica_layout() const {
+  const WireFormat& f = weight_format_;
+  return {{"dp", dp_.size()},
+          {"zero_stage", opt_.stage},
+          {"padded_total", part_->padded_total()},
+          {"segments", part_->segments().size()},
+          {"weights", opt_.comm.weights},
+          {"identity", f.identity}};
 }
 
 void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_moments) {

@@ -68,8 +68,14 @@ class ZeroEngine : public LayerHooks {
   ~ZeroEngine() override;
 
   // Every rank passes the same full dense parameters (init or checkpoint) and moments (null: zero);
-  // each keeps what its stage keeps.
-  void load(const float* params, const float* m, const float* v);
+  // each keeps what its stage keeps. weights (has_weight_replica() only; null: rebuilt from params):
+  // the full dense model-weight replica a checkpoint saved, which differs from the master by the
+  // accumulated quantization error.
+  void load(const float* params, const float* m, const float* v, const float* weights = nullptr);
+  // The optimizer steps completed (0 on a fresh start; a checkpoint's step on resume). The stochastic
+  // rounding keys of the quantized collectives derive from the step, so a resumed run draws the same
+  // rounding as an uninterrupted one.
+  void set_completed_steps(int64_t steps);
   // Collective: full dense params (and m, v when with_moments, the same on every rank) on rank 0;
   // the pointers are used on rank 0 only (others may pass null).
   void gather_to_root(float* params, float* m, float* v, bool with_moments);
@@ -97,6 +103,12 @@ class ZeroEngine : public LayerHooks {
   // The weights the model computes with: stages 0-2 the full replica (padded layout), stage 3 the
   // local shard. Under comm.weights these differ from the master weights by one step's quantization.
   std::span<const float> model_weights() const { return {params_.data(), params_.size()}; }
+  // Stages 1-2 with comm.weights: the replica (model_weights(), padded layout) is not the master and
+  // is checkpointed separately for exact resume.
+  bool has_weight_replica() const { return master_.size() > 0; }
+  // What determines the replica's quantization (dp, stage, sharding, weight format): a replica saved
+  // under another fingerprint is not restored (the master rebuilds it).
+  nlohmann::json replica_layout() const;
 
   void before_forward(int unit) override;
   void after_forward(int unit) override;
@@ -140,7 +152,7 @@ class ZeroEngine : public LayerHooks {
   FloatBuffer master_;                           // stages 1-2 with comm.weights: the fp32 master shard
   std::vector<FloatBuffer> secondary_;           // hpZ: per unit, my 1/D of it
   WireFormat weight_format_, grad_intra_format_, grad_inter_format_;
-  uint32_t grad_round_ = 0, micro_ = 0;
+  uint32_t grad_round_ = 0, micro_ = 0;  // grad_round_: the optimizer step being computed (1-based)
   CommTraffic traffic_;
   Snapshot micro_start_{};
 };

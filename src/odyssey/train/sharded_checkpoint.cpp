@@ -16,10 +16,11 @@ namespace fs = std::filesystem;
 namespace odyssey {
 namespace {
 
-// A run of dense elements this rank holds, and where they sit in its parameter and moment storage.
+// A run of dense elements this rank holds, and where they sit in its parameter and moment storage
+// and (stages 1-2) in the padded model-weight replica.
 struct Run {
   int64_t begin = 0, end = 0;
-  int64_t param_at = 0, moment_at = 0;
+  int64_t param_at = 0, moment_at = 0, replica_at = 0;
 };
 
 // Everything the rank's partition keeps locally (stage 0: the whole buffer, a one-rank partition).
@@ -31,8 +32,9 @@ std::vector<Run> local_runs(const ZeroEngine& engine) {
     const Range valid = seg.layout.valid_range(r);
     if (valid.empty()) continue;
     const int64_t local = seg.local_begin + valid.begin - seg.layout.shard_range(r).begin;
+    const int64_t padded = seg.padded_begin + valid.begin;
     runs.push_back({seg.dense.begin + valid.begin, seg.dense.begin + valid.end,
-                    engine.param_storage_local() ? local : seg.padded_begin + valid.begin, local});
+                    engine.param_storage_local() ? local : padded, local, padded});
   }
   return runs;
 }
@@ -45,7 +47,9 @@ std::vector<Run> written_runs(const ZeroEngine& engine, int dp_size, int dp_rank
   std::vector<Run> clipped;
   for (const Run& run : runs) {
     const int64_t b = std::max(run.begin, share.begin), e = std::min(run.end, share.end);
-    if (b < e) clipped.push_back({b, e, run.param_at + (b - run.begin), run.moment_at + (b - run.begin)});
+    if (b < e)
+      clipped.push_back({b, e, run.param_at + (b - run.begin), run.moment_at + (b - run.begin),
+                         run.replica_at + (b - run.begin)});
   }
   return clipped;
 }
@@ -69,14 +73,21 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
   dp.barrier();
 
   const std::vector<Run> runs = written_runs(engine, dp.size(), dp.rank());
-  const float* storage[3] = {engine.param_storage(), engine.m_storage(), engine.v_storage()};
+  // The model-weight replica, when it is not the master (every rank's is the same; each writes the
+  // slice of its shard): restored on a resume under the same layout, so the run continues exactly.
+  const int kinds = engine.has_weight_replica() ? 4 : 3;
+  const float* storage[4] = {engine.param_storage(), engine.m_storage(), engine.v_storage(),
+                             engine.model_weights().data()};
   struct Report {
-    WrittenFile files[3];
+    WrittenFile files[4];
   } mine;
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kinds; ++k) {
     std::vector<DenseRange> pieces;
     for (const Run& run : runs)
-      pieces.push_back({run.begin, run.end, storage[k] + (k == 0 ? run.param_at : run.moment_at)});
+      pieces.push_back({run.begin, run.end,
+                        storage[k] + (k == 0   ? run.param_at
+                                      : k == 3 ? run.replica_at
+                                               : run.moment_at)});
     pause_for_tests();
     mine.files[k] = write_slice_file(tmp_dir, checkpoint_kinds()[size_t(k)], dp.rank(), table, pieces);
   }
@@ -86,16 +97,20 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
 
   const std::string final_dir = run_dir + "/" + checkpoint_step_name(state.step);
   if (dp.rank() == 0) {
-    std::vector<std::vector<WrittenFile>> files(3);
-    for (int k = 0; k < 3; ++k)
+    std::vector<std::vector<WrittenFile>> files(static_cast<size_t>(kinds));
+    for (int k = 0; k < kinds; ++k)
       for (const Report& r : all) files[size_t(k)].push_back(r.files[k]);
+    CheckpointState s = state;
+    if (kinds == 4) s.layout["weights_replica"] = engine.replica_layout();
     pause_for_tests();
-    commit_checkpoint(run_dir, tmp_dir, state, table, dp.size(), files, keep);
+    commit_checkpoint(run_dir, tmp_dir, s, table, dp.size(), files, keep);
   }
   dp.barrier();  // nobody reads or resumes before rank 0 has renamed it into place
   if (dp.rank() == 0)
-    log_info("checkpoint step {} saved by {} ranks in {:.2f} s ({:.1f} MB per rank)", state.step, dp.size(),
-             timer.seconds(), double(mine.files[0].bytes + mine.files[1].bytes + mine.files[2].bytes) / 1e6);
+    log_info(
+        "checkpoint step {} saved by {} ranks in {:.2f} s ({:.1f} MB per rank)", state.step, dp.size(),
+        timer.seconds(),
+        double(mine.files[0].bytes + mine.files[1].bytes + mine.files[2].bytes + mine.files[3].bytes) / 1e6);
   return final_dir;
 }
 
@@ -106,6 +121,7 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   if (state.format_version < 2) {
     load_checkpoint(dir, table, params.data(), m.data(), v.data());
     engine.load(params.data(), m.data(), v.data());
+    engine.set_completed_steps(state.step);
     return state;
   }
   check_sliced_manifest(dir, state, &table);
@@ -113,13 +129,32 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   std::vector<DenseRange> all = {{0, table.total()}}, mine;
   for (const Run& run : local_runs(engine)) mine.push_back({run.begin, run.end});
   read_slices(dir, state, table, "params", engine.stage() == 3 ? mine : all, params.data());
-  bool has_moments = false;
-  for (const auto& k : state.manifest.at("kinds")) has_moments |= k == "m";
+  bool has_moments = false, has_replica = false;
+  for (const auto& k : state.manifest.at("kinds")) {
+    has_moments |= k == "m";
+    has_replica |= k == "weights";
+  }
   if (has_moments) {
     read_slices(dir, state, table, "m", engine.stage() == 0 ? all : mine, m.data());
     read_slices(dir, state, table, "v", engine.stage() == 0 ? all : mine, v.data());
   }
-  engine.load(params.data(), has_moments ? m.data() : nullptr, has_moments ? v.data() : nullptr);
+  // The saved model-weight replica only under the layout that quantized it; otherwise (or when the
+  // checkpoint has none) the replica is rebuilt from the master, one quantization error away.
+  FloatBuffer weights;
+  if (engine.has_weight_replica()) {
+    const auto saved = state.layout.find("weights_replica");
+    if (has_replica && saved != state.layout.end() && *saved == engine.replica_layout()) {
+      weights.resize(P);
+      read_slices(dir, state, table, "weights", all, weights.data());
+    } else if (engine.partition().rank() == 0) {
+      log_info("{}: {}; the model weights are rebuilt from the master weights (resume not bit-exact)", dir,
+               has_replica ? "the saved model-weight replica was quantized under another layout"
+                           : "no saved model-weight replica");
+    }
+  }
+  engine.load(params.data(), has_moments ? m.data() : nullptr, has_moments ? v.data() : nullptr,
+              weights.size() ? weights.data() : nullptr);
+  engine.set_completed_steps(state.step);
   return state;
 }
 

@@ -12,8 +12,10 @@
 namespace odyssey {
 
 // Collective over dp. Every rank writes params, m and v for the elements it owns (ZeRO >= 1: its
-// shard; ZeRO-0: an equal 1/dp share of the replicated state) into the temporary directory; after a
-// barrier rank 0 writes the manifest, renames and applies retention (keep). Returns the directory.
+// shard; ZeRO-0: an equal 1/dp share of the replicated state), and under ZeRO 1-2 with quantized
+// weight communication the same slice of the model-weight replica ("weights"), into the temporary
+// directory; after a barrier rank 0 writes the manifest, renames and applies retention (keep).
+// Returns the directory.
 // ODYSSEY_CHECKPOINT_PAUSE_MS=n makes every writer sleep n ms before each file and rank 0 before the
 // manifest, so tests can kill a run mid-save.
 std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, const ParamTable& table,
@@ -21,6 +23,9 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
 
 // Not collective: reads the checkpoint's slices this rank's stage keeps (any format, any writing
 // layout) and loads them into the engine. Moments absent from a weights-only checkpoint start at zero.
+// A saved model-weight replica is restored when the engine's replica_layout() matches the writer's
+// (bit-exact resume); otherwise it is rebuilt from the master weights, logged on rank 0. The engine's
+// rounding-key step is set to the checkpoint's step.
 CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table);
 
 }  // namespace odyssey
