@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Whole training steps at long sequence lengths under Ulysses sequence parallelism.
+#
+#   bench/long_sequences.sh            # from the repository root, build/odyssey already built
+#
+# Models: (a) "small" 4 layers, 4 heads, d_model 256, byte vocabulary (256), brown/bytes shards;
+#         (b) "gpt2"  GPT-2 124M (12/12/768, vocab 50257), brown/gpt2 shards.
+# Each run: global_batch = micro_batch = 1 row of T tokens, train.steps = 2, step 2 measured.
+# P ranks = parallel.sp_ulysses = P (dp = 1), parallel.zero_stage = 3 (parameters, gradients and
+# AdamW state sharded over the P sequence-parallel ranks). No validation set.
+# Recorded per run: step_ms, tokens_per_s, peak RSS per rank (max over ranks, getrusage ru_maxrss,
+# whole process lifetime) and the engine's accounted memory per rank (memory.total and its parts).
+#
+# Environment: RANKS="1 2 4", MAX_STEP_S (skip when the estimated step time exceeds it, default 180),
+# DEADLINE (epoch seconds; skip runs whose estimated wall time would pass it), OUT (results file).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build/odyssey}
+RANKS=${RANKS:-"1 2 4"}
+MAX_STEP_S=${MAX_STEP_S:-180}
+DEADLINE=${DEADLINE:-0}
+OUT=${OUT:-/tmp/long_sequences.jsonl}
+PLAN=${PLAN:-"small:4096 small:8192 small:16384 gpt2:4096 small:32768 gpt2:8192 small:65536 gpt2:16384"}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+: >"$OUT"
+
+model_args() {  # $1 = small | gpt2, $2 = T
+  case $1 in
+    small) echo "--set model.n_layer=4 --set model.n_head=4 --set model.d_model=256 --set model.vocab_size=256" \
+                "--set data.train=cache/brown/bytes/train_000000.bin" ;;
+    gpt2) echo "--set model.n_layer=12 --set model.n_head=12 --set model.d_model=768 --set model.vocab_size=50257" \
+               "--set data.train=cache/brown/gpt2/train_000000.bin" ;;
+  esac
+}
+
+# Estimated step seconds for (model, T, P): the measured step at T/2 (same model and P) times 4
+# (attention is quadratic in T; the linear parts make this an over-estimate). Empty if unknown.
+estimate() {
+  python3 - "$OUT" "$1" "$2" "$3" <<'EOF'
+import json, sys
+out, model, T, P = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+prev = [r for r in map(json.loads, open(out)) if r["model"] == model and r["P"] == P and r["T"] < T]
+if any(r.get("skipped") or r.get("failed") for r in prev):
+    print("skip-chain")
+elif prev:
+    r = max(prev, key=lambda r: r["T"])
+    print(int(r["step_ms"] / 1e3 * (T / r["T"]) ** 2))
+EOF
+}
+
+for item in $PLAN; do
+  model=${item%%:*}
+  T=${item##*:}
+  for P in $RANKS; do
+    est=$(estimate "$model" "$T" "$P")
+    now=$(date +%s)
+    reason=""
+    if [[ $est == skip-chain ]]; then
+      reason="not run: shorter T already skipped"
+      est=""
+    elif [[ -n $est ]]; then
+      wall=$((2 * est + 20))
+      if ((est > MAX_STEP_S)); then
+        reason="not run: est. $(((est + 59) / 60)) min per step"
+      elif ((DEADLINE > 0 && now + wall > DEADLINE)); then
+        reason="not run: est. $(((wall + 59) / 60)) min, past the deadline"
+      fi
+    fi
+    if [[ -n $reason ]]; then
+      line=$(printf '{"model":"%s","T":%d,"P":%d,"skipped":true,"reason":"%s","est_step_s":%s}' \
+        "$model" "$T" "$P" "$reason" "${est:-null}")
+      echo "$line" | tee -a "$OUT"
+      continue
+    fi
+    dir=$(mktemp -d /tmp/longseq.XXXXXX)
+    # shellcheck disable=SC2046
+    mpirun -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
+      --set data.val= --set model.seq_len="$T" --set train.seq_len="$T" --set train.steps=2 \
+      --set train.global_batch=1 --set train.micro_batch=1 --set train.warmup_steps=0 \
+      --set parallel.sp_ulysses="$P" --set parallel.zero_stage=3 --set log.every=1 \
+      --set checkpoint.dir="$dir" >"$dir.log" 2>&1
+    rc=$?
+    python3 - "$dir" "$model" "$T" "$P" "$rc" "$dir.log" <<'EOF' | tee -a "$OUT"
+import json, sys
+d, model, T, P, rc, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+r = {"model": model, "T": T, "P": P, "load1_after": float(open("/proc/loadavg").read().split()[0])}
+try:
+    recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
+    m = [x for x in recs if x["step"] == 2][0]
+    r.update(step_ms=round(m["step_ms"], 1), tokens_per_s=round(m["tokens_per_s"], 1),
+             peak_rss_bytes_rank0=m["peak_rss_bytes"], peak_rss_bytes_max=m["peak_rss_bytes_max"],
+             memory=m["memory"], loss=m["loss"])
+except Exception as e:  # a failed run (e.g. out of memory) is reported, not hidden
+    r.update(failed=True, rc=rc, error=str(e), log_tail=open(log).read()[-400:])
+print(json.dumps(r))
+EOF
+    rm -rf "$dir" "$dir.log"
+  done
+done
+
+python3 - "$OUT" <<'EOF'
+import json, sys
+rows = sorted((json.loads(l) for l in open(sys.argv[1])), key=lambda r: (r["model"] != "small", r["T"], r["P"]))
+mb = lambda b: f"{b / 2**20:,.0f} MiB"
+print()
+print("| model | T | P (sp_ulysses) | step | tokens/s | peak RSS per rank (max) | accounted per rank (params+grads+optim / activations / total) |")
+print("|---|---|---|---|---|---|---|")
+for r in rows:
+    name = {"small": "4L×256, 4 heads, bytes", "gpt2": "GPT-2 124M"}[r["model"]]
+    head = f"| {name} | {r['T']} | {r['P']} |"
+    if r.get("skipped"):
+        print(f"{head} {r['reason']} | | | |")
+    elif r.get("failed"):
+        print(f"{head} failed (rc {r['rc']}) | | | |")
+    else:
+        m = r["memory"]
+        state = m["params"] + m["grads"] + m["optimizer"]
+        print(f"{head} {r['step_ms'] / 1e3:.1f} s | {r['tokens_per_s']:,.0f} | {mb(r['peak_rss_bytes_max'])} | "
+              f"{mb(state)} / {mb(m['activations'])} / {mb(m['total'])} |")
+EOF
