@@ -11,6 +11,7 @@
 #include "odyssey/checkpoint/hf_gpt2.h"
 #include "odyssey/checkpoint/inspect.h"
 #include "odyssey/comm/runtime.h"
+#include "odyssey/comm/single_communicator.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
@@ -18,7 +19,9 @@
 #include "odyssey/data/prepare.h"
 #include "odyssey/data/tokenizer.h"
 #include "odyssey/model/gpt2.h"
+#include "odyssey/train/batch_loader.h"
 #include "odyssey/train/config.h"
+#include "odyssey/train/evaluate.h"
 #include "odyssey/train/generate.h"
 #include "odyssey/train/trainer.h"
 
@@ -59,10 +62,13 @@ int cmd_eval(const std::string& checkpoint, const std::string& data, int batch, 
   int T = seq_len > 0 ? seq_len : state.model.seq_len;
   ODY_CHECK(T <= state.model.seq_len, "--seq-len {} exceeds the model's context {}", T, state.model.seq_len);
   TokenDataset dataset(data, T, state.model.vocab_size, false, 0);
-  Timer timer;
-  double loss = evaluate_loss(*model, dataset, max_rows, batch);
   int64_t rows = max_rows > 0 ? std::min<int64_t>(max_rows, int64_t(dataset.rows_per_epoch()))
                               : int64_t(dataset.rows_per_epoch());
+  // The training loop's evaluation, on one rank and the whole sequence.
+  BatchLoader loader(dataset, batch, batch, 0, 1, SequenceShard{});
+  SingleCommunicator single("eval");
+  Timer timer;
+  double loss = evaluate_distributed(*model, loader, uint64_t(rows), 0, 1, single);
   std::cout << nlohmann::json{{"loss", loss},
                               {"rows", rows},
                               {"tokens", rows * T},

@@ -35,24 +35,6 @@ void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
-double evaluate_loss(GPT2& model, const TokenDataset& data, int64_t max_rows, int micro_batch) {
-  const int T = data.seq_len();
-  int64_t rows = int64_t(data.rows_per_epoch());
-  if (max_rows > 0) rows = std::min(rows, max_rows);
-  std::vector<int> inputs(size_t(micro_batch) * T), targets(size_t(micro_batch) * T);
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t r = 0; r < rows; r += micro_batch) {
-    int B = int(std::min<int64_t>(micro_batch, rows - r));
-    for (int b = 0; b < B; ++b)
-      data.get_row(uint64_t(r + b), &inputs[size_t(b) * T], &targets[size_t(b) * T]);
-    int64_t n = 0;
-    sum += model.forward(inputs.data(), targets.data(), nullptr, B, T, &n);
-    count += n;
-  }
-  return count > 0 ? sum / double(count) : 0.0;
-}
-
 namespace {
 
 nlohmann::json run_config_json(const RunConfig& c) {

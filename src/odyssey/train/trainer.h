@@ -31,10 +31,6 @@ TrainResult run_training(const RunConfig& config, Communicator& world);
 // The same on one rank (a single-rank communicator, no MPI).
 TrainResult run_training(const RunConfig& config);
 
-// Mean token loss over the first max_rows rows of data (all when max_rows <= 0), micro_batch rows at
-// a time.
-double evaluate_loss(GPT2& model, const TokenDataset& data, int64_t max_rows, int micro_batch);
-
 // Sets OpenMP threads (0: leave the default).
 void set_threads(int threads);
 
