@@ -10,6 +10,9 @@ expect_error "unknown key in file" "unknown config key 'model.n_layers'" \
   "$ODYSSEY" train --config <(sed 's/^n_layer =/n_layers =/' "$cfg")
 expect_error "unknown key in --set" "unknown config key 'train.stepz'" run --set train.stepz=3
 expect_error "unknown section" "unknown config key 'optim.lr'" run --set optim.lr=3
+expect_error "pipeline without two-level gradients" "comm.grad_pipeline=4 slices the two-level gradient reduce-scatter" \
+  run --set parallel.zero_stage=1 --set comm.grads=int8 --set comm.grad_pipeline=4
+expect_error "pipeline slices out of range" "comm.grad_pipeline must be in 1..64, got 0" run --set comm.grad_pipeline=0
 expect_error "wrong type" "train.lr: 'fast' is not a valid number" run --set train.lr=fast
 expect_error "wrong type in file" "model.n_head: expected an integer" \
   "$ODYSSEY" train --config <(sed 's/^n_head = 5/n_head = "five"/' "$cfg")

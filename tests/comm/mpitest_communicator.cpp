@@ -120,6 +120,28 @@ TEST_P(Collectives, AllToAllTransposesBlocks) {
     for (size_t k = 0; k < n; ++k) ASSERT_EQ(recv[i * n + k], static_cast<float>(i * 1000 + r * 10 + k));
 }
 
+// Three all-to-alls in flight at once on one communicator (as the pipelined two-level reduce-scatter
+// keeps them), completed in reverse order: each delivers its own blocks, also when chunked.
+TEST_P(Collectives, AllToAllAsyncSeveralInFlight) {
+  const size_t n = 7;
+  constexpr int kOps = 3;
+  std::vector<std::vector<int32_t>> send(kOps, std::vector<int32_t>(P * n)), recv(kOps);
+  std::vector<RequestPtr> reqs;
+  for (int op = 0; op < kOps; ++op) {
+    for (int j = 0; j < P; ++j)
+      for (size_t k = 0; k < n; ++k) send[op][j * n + k] = op * 100000 + r * 1000 + j * 10 + int(k);
+    recv[op].assign(P * n, -1);
+    reqs.push_back(w.all_to_all_async(send[op].data(), recv[op].data(), n, DType::i32));
+  }
+  for (int op = kOps - 1; op >= 0; --op) {
+    if (op == 1)
+      while (!reqs[op]->test()) std::this_thread::yield();
+    else
+      reqs[op]->wait();
+    for (int i = 0; i < P; ++i)
+      for (size_t k = 0; k < n; ++k) ASSERT_EQ(recv[op][i * n + k], op * 100000 + i * 1000 + r * 10 + int(k));
+  }
+}
 // Rank s sends count(s, d) elements to rank d, some of them zero, with gaps between blocks.
 size_t uneven(int s, int d) {
   return static_cast<size_t>((2 * s + d) % 4 + (s == d ? 0 : 3 * s));

@@ -54,7 +54,7 @@ uint64_t fnv1a(std::span<const float> v) {
 }
 
 // train_zero with comm options, over a grid whose dp group knows the emulated nodes.
-RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 0.03) {
+RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 0.03, int grad_pipeline = 1) {
   Communicator& w = world();
   ProcessGrid grid(w, GridDims{1, 1, 1, 0, 1, ranks_per_node(w.size())});
   Communicator& dp = grid.dp();
@@ -67,6 +67,7 @@ RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 
   o.comm.ranks_per_node = ranks_per_node(w.size());
   o.comm.identity = identity;
   o.comm.seed = kSeed;
+  o.comm.grad_pipeline = grad_pipeline;
 
   const ModelConfig c = tiny_config();
   GPT2 model(c, false);
@@ -143,6 +144,21 @@ TEST_P(QuantizedComm, RealQuantizationStaysCloseAndReplicasIdentical) {
 INSTANTIATE_TEST_SUITE_P(Modes, QuantizedComm, ::testing::ValuesIn(kModes),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// comm.grad_pipeline slices the two-level reduce-scatter on whole groups: training is bitwise the same.
+TEST(QuantizedCommPipeline, SlicesChangeNoBit) {
+  if (world().size() < 2) GTEST_SKIP() << "two-level gradients need two nodes";
+  for (const Mode& m : {Mode{"qwd_tlq_hs_zero2", 2, "qwd", "tlq_hs", false}}) {
+    const RunOut one = run(m, false, 2, 0.03, 1);
+    const RunOut four = run(m, false, 2, 0.03, 4);
+    ASSERT_EQ(one.losses.size(), four.losses.size());
+    for (size_t i = 0; i < one.losses.size(); ++i)
+      EXPECT_EQ(one.losses[i], four.losses[i]) << m.name << " step " << i;
+    EXPECT_EQ(one.hashes, four.hashes) << m.name;
+    EXPECT_EQ(one.traffic.grads_inter, four.traffic.grads_inter) << m.name;
+    EXPECT_EQ(one.traffic.grads_intra, four.traffic.grads_intra) << m.name;
+  }
+}
+
 // One bucket, so the bytes are those of whole shards (a group per 128 or 2048 elements, only the
 // shard's last group short).
 TEST(QuantizedCommBytes, MatchTheSpec) {
@@ -198,6 +214,13 @@ TEST(QuantizedCommConfig, BadCombinationsAreRefused) {
   CommOptions grads0;
   grads0.grads = "int8";
   EXPECT_NE(message(grads0, 0, 4).find("ZeRO-0"), std::string::npos);
+  CommOptions piped = tlq;
+  piped.grad_pipeline = 0;
+  EXPECT_NE(message(piped, 2, 4).find("comm.grad_pipeline must be in 1..64"), std::string::npos);
+  piped.grad_pipeline = 8;
+  EXPECT_EQ(message(piped, 2, 4), "");
+  piped.grads = "int8";
+  EXPECT_NE(message(piped, 2, 4).find("no second hop"), std::string::npos);
   CommOptions bad;
   bad.weights = "fp8";
   EXPECT_NE(message(bad, 1, 4).find("comm.weights"), std::string::npos);

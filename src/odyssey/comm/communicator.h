@@ -56,6 +56,8 @@ class Communicator {
 
   // Block j of send (count elements) goes to rank j; block i of recv comes from rank i.
   virtual void all_to_all(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // Several may be in flight on one communicator if every rank starts them in the same order.
+  virtual RequestPtr all_to_all_async(const void* send, void* recv, size_t count, DType dtype) = 0;
   // Variable sizes and displacements, in elements.
   virtual void all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
                             const std::vector<size_t>& send_displs, void* recv,

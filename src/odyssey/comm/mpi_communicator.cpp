@@ -185,30 +185,35 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DTy
   all_gather_async(send, recv, count, dtype)->wait();
 }
 
-void MpiCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+RequestPtr MpiCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
   stats_->record(CommKind::all_to_all, intra_node_,
                  bus_bytes(CommKind::all_to_all, size_ * count * es, size_), 0.0);
-  MpiRequest req(stats_, CommKind::all_to_all, intra_node_);
+  auto req = std::make_unique<MpiRequest>(stats_, CommKind::all_to_all, intra_node_);
   if (count <= max_chunk()) {
     check_mpi(MPI_Ialltoall(send, static_cast<int>(count), type, recv, static_cast<int>(count), type, comm_,
-                            req.add()),
+                            req->add()),
               "MPI_Ialltoall");
-    req.wait();
-    return;
+    return req;
   }
+  // Large blocks: point-to-point pieces. Messages between two ranks on one communicator and tag do not
+  // overtake each other, so operations started in the same order on every rank match piece by piece.
   std::memcpy(at(recv, rank_ * count, es), at(send, rank_ * count, es), count * es);
   for (int j = 0; j < size_; ++j) {
     if (j == rank_) continue;
     for_chunks(count, [&](size_t off, int n) {
-      check_mpi(MPI_Irecv(at(recv, j * count + off, es), n, type, j, kChunkTag, comm_, req.add()),
+      check_mpi(MPI_Irecv(at(recv, j * count + off, es), n, type, j, kChunkTag, comm_, req->add()),
                 "MPI_Irecv");
-      check_mpi(MPI_Isend(at(send, j * count + off, es), n, type, j, kChunkTag, comm_, req.add()),
+      check_mpi(MPI_Isend(at(send, j * count + off, es), n, type, j, kChunkTag, comm_, req->add()),
                 "MPI_Isend");
     });
   }
-  req.wait();
+  return req;
+}
+
+void MpiCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  all_to_all_async(send, recv, count, dtype)->wait();
 }
 
 void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,

@@ -129,6 +129,11 @@ void SingleCommunicator::all_to_all(const void* send, void* recv, size_t count, 
   stats_->record(CommKind::all_to_all, intra_node_, 0, 0.0);
 }
 
+RequestPtr SingleCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
+  all_to_all(send, recv, count, dtype);
+  return std::make_unique<DoneRequest>();
+}
+
 void SingleCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
                                       const std::vector<size_t>& send_displs, void* recv,
                                       const std::vector<size_t>& recv_counts,

@@ -28,6 +28,7 @@ class SingleCommunicator : public Communicator {
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   RequestPtr all_gather_async(const void* send, void* recv, size_t count, DType dtype) override;
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
+  RequestPtr all_to_all_async(const void* send, void* recv, size_t count, DType dtype) override;
   void all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
                     const std::vector<size_t>& send_displs, void* recv,
                     const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,

@@ -36,6 +36,12 @@ void validate_comm_keys(const CommOptions& c, int zero_stage) {
             "comm.grads={} needs parallel.zero_stage >= 1: ZeRO-0 all-reduces gradients, there is no "
             "reduce-scatter to compress",
             g);
+  ODY_CHECK(c.grad_pipeline >= 1 && c.grad_pipeline <= 64, "comm.grad_pipeline must be in 1..64, got {}",
+            c.grad_pipeline);
+  ODY_CHECK(c.grad_pipeline == 1 || c.two_level_grads(),
+            "comm.grad_pipeline={} slices the two-level gradient reduce-scatter (comm.grads = tlq, tlq_hs or "
+            "qgz); comm.grads={} has no second hop to overlap",
+            c.grad_pipeline, g);
   ODY_CHECK(!c.hpz || zero_stage == 3,
             "comm.hpz needs parallel.zero_stage 3 (got {}): only ZeRO-3 gathers parameters for the backward",
             zero_stage);

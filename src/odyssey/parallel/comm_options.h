@@ -14,6 +14,7 @@ struct CommOptions {
   std::string weights = "none";  // none | int8 | int4 | qwd
   std::string grads = "none";    // none | int8 | int4 | qgz | tlq | tlq_hs
   bool hpz = false;              // ZeRO-3: backward gathers from a secondary partition inside the node
+  int grad_pipeline = 1;         // two-level gradients: slices whose intra and inter hops overlap
   int ranks_per_node = 0;        // data-parallel ranks per (emulated) node; 0: all on one node
   bool identity = false;         // test only: every format passes fp32 through unrounded
   uint64_t seed = 0;             // stochastic rounding streams

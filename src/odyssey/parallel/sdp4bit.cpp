@@ -1,5 +1,8 @@
 #include "odyssey/parallel/sdp4bit.h"
 
+#include <algorithm>
+#include <memory>
+#include <numeric>
 #include <vector>
 
 #include "odyssey/core/error.h"
@@ -8,23 +11,21 @@ namespace odyssey {
 
 namespace {
 
-// Encoded blocks of one format, back to back: values in `data`, scales in `scales`.
-struct WireBlocks {
-  WireBlocks(const WireFormat& f, size_t n, size_t count)
-      : bytes(f.bytes(n)), groups(f.groups(n)), data(bytes * count), scales(groups * count) {}
-  Quantized block(size_t i) { return {data.data() + i * bytes, scales.data() + i * groups}; }
-  ConstQuantized cblock(size_t i) const { return {data.data() + i * bytes, scales.data() + i * groups}; }
-
-  size_t bytes, groups;
-  std::vector<uint8_t> data;
-  std::vector<float> scales;
+// An all-to-all of encoded blocks in flight: values and (when the format has them) scales.
+struct Exchange {
+  RequestPtr request;
+  void wait() {
+    if (request) request->wait();
+  }
+  void test() {
+    if (request) request->test();
+  }
 };
 
-// Block i of every rank to rank i: values and (when the format has them) scales.
-void exchange(Communicator& comm, const WireBlocks& send, WireBlocks& recv, size_t blocks_per_rank) {
-  comm.all_to_all(send.data.data(), recv.data.data(), blocks_per_rank * send.bytes, DType::u8);
-  if (send.groups)
-    comm.all_to_all(send.scales.data(), recv.scales.data(), blocks_per_rank * send.groups, DType::f32);
+// Block i of every rank to rank i.
+Exchange exchange_async(Communicator& comm, const WireBlocks& send, WireBlocks& recv,
+                        size_t blocks_per_rank) {
+  return {comm.all_to_all_async(send.data(), recv.data(), blocks_per_rank * send.record_bytes(), DType::u8)};
 }
 
 }  // namespace
@@ -35,46 +36,98 @@ void qwd_all_gather(Communicator& dp, const WireFormat& format, const float* mas
   WireBlocks mine(format, S, 1), all(format, S, P);
   key.offset = r * S;
   wire_encode_diff(format, master, model + r * S, S, key, mine.block(0));
-  dp.all_gather(mine.data.data(), all.data.data(), mine.bytes, DType::u8);
-  if (mine.groups) dp.all_gather(mine.scales.data(), all.scales.data(), mine.groups, DType::f32);
+  dp.all_gather(mine.data(), all.data(), mine.record_bytes(), DType::u8);
   // The owner adds its own decoded difference too: never model = master.
   for (size_t j = 0; j < P; ++j) wire_decode_add(format, all.cblock(j), S, model + j * S);
 }
 
+size_t two_level_slice_align(const WireFormat& intra_format, const WireFormat& inter_format) {
+  if (intra_format.identity) return 1;
+  return std::lcm(intra_format.quant.group, inter_format.quant.group);
+}
+
+namespace {
+
+// One pipeline slice: elements [begin, begin + n) of every shard, with its own buffers per step.
+struct Slice {
+  Slice(const WireFormat& fi, const WireFormat& fo, size_t begin, size_t n, size_t P, size_t N)
+      : begin(begin), n(n), a(fi, n, P), b(fi, n, P), c(fo, n, N), e(fo, n, N) {}
+  size_t begin, n;
+  WireBlocks a, b, c, e;
+  Exchange intra_hop, inter_hop;
+};
+
+}  // namespace
+
 void two_level_reduce_scatter(Communicator& intra, Communicator& inter, const WireFormat& intra_format,
                               const WireFormat& inter_format, const float* send, float* recv, size_t S,
-                              RoundingKey key) {
+                              RoundingKey key, size_t slices) {
   const size_t D = size_t(intra.size()), N = size_t(inter.size()), P = D * N;
   ODY_CHECK(intra_format.identity == inter_format.identity,
             "two-level reduce-scatter: identity on one hop only");
   ODY_CHECK((key.bucket >> 31) == 0, "two-level reduce-scatter: bucket id {} too large", key.bucket);
+  ODY_CHECK(slices >= 1, "two-level reduce-scatter: {} pipeline slices", slices);
 
-  // Step A: every destination shard t, encoded into partition (t mod D)·N + t / D.
-  WireBlocks a(intra_format, S, P);
-  for (size_t t = 0; t < P; ++t) {
-    key.offset = t * S;
-    wire_encode(intra_format, send + t * S, S, key, a.block((t % D) * N + t / D));
-  }
-  // Step B: block l' (N partitions) to local peer l'.
-  WireBlocks b(intra_format, S, P);
-  exchange(intra, a, b, N);
+  // Slice boundaries on whole groups of both formats, so every group (and its rounding stream, keyed
+  // by the element's place in the shard) is the one the unsliced collective would form.
+  const size_t align = two_level_slice_align(intra_format, inter_format);
+  const size_t per_slice = (S + slices - 1) / slices;
+  const size_t len = std::max(align, (per_slice + align - 1) / align * align);
+  std::vector<std::unique_ptr<Slice>> sl;
+  for (size_t begin = 0; begin < S; begin += len)
+    sl.push_back(std::make_unique<Slice>(intra_format, inter_format, begin, std::min(len, S - begin), P, N));
+  const size_t K = sl.size();
 
-  // Step C: per node n', the D peers' encodings of shard n'·D + l, summed and re-encoded.
-  WireBlocks c(inter_format, S, N);
+  // MPI advances non-blocking collectives only inside MPI calls: poke the ones in flight between
+  // pieces of local work.
+  auto progress = [&] {
+    for (auto& x : sl) {
+      x->intra_hop.test();
+      x->inter_hop.test();
+    }
+  };
   RoundingKey second = key;
   second.bucket = key.bucket | (1u << 31);
-  std::vector<ConstQuantized> parts(D);
-  for (size_t n = 0; n < N; ++n) {
-    for (size_t d = 0; d < D; ++d) parts[d] = b.cblock(d * N + n);
-    second.offset = n * S;
-    wire_decode_sum_encode(intra_format, parts, S, inter_format, second, c.block(n));
+  std::vector<ConstQuantized> parts;
+
+  // Step A: every destination shard t, encoded into partition (t mod D)·N + t / D. Step B: block l'
+  // (N partitions) to local peer l'.
+  auto start_intra = [&](Slice& x) {
+    for (size_t t = 0; t < P; ++t) {
+      key.offset = t * S + x.begin;
+      wire_encode(intra_format, send + t * S + x.begin, x.n, key, x.a.block((t % D) * N + t / D));
+      progress();
+    }
+    x.intra_hop = exchange_async(intra, x.a, x.b, N);
+  };
+  // Step C: per node n', the D peers' encodings of shard n'·D + l, summed and re-encoded. Step D:
+  // partial sum n' to node n'.
+  auto start_inter = [&](Slice& x) {
+    x.intra_hop.wait();
+    parts.resize(D);
+    for (size_t n = 0; n < N; ++n) {
+      for (size_t d = 0; d < D; ++d) parts[d] = x.b.cblock(d * N + n);
+      second.offset = n * S + x.begin;
+      wire_decode_sum_encode(intra_format, parts, x.n, inter_format, second, x.c.block(n));
+      progress();
+    }
+    x.inter_hop = exchange_async(inter, x.c, x.e, 1);
+  };
+  // Step E: sum the nodes' partial sums of my shard.
+  auto finish = [&](Slice& x) {
+    x.inter_hop.wait();
+    parts.resize(N);
+    for (size_t n = 0; n < N; ++n) parts[n] = x.e.cblock(n);
+    wire_decode_sum(inter_format, parts, x.n, recv + x.begin);
+  };
+
+  // Software pipeline: while slice k is encoded and crosses the node, slice k-1 crosses between nodes
+  // (the paper's --gradient-alltoall-pipeline, with MPI_Ialltoall in place of CUDA streams).
+  for (size_t k = 0; k < K + 2; ++k) {
+    if (k < K) start_intra(*sl[k]);
+    if (k >= 2) finish(*sl[k - 2]);
+    if (k >= 1 && k - 1 < K) start_inter(*sl[k - 1]);
   }
-  // Step D: partial sum n' to node n'. Step E: sum the nodes' partial sums of my shard.
-  WireBlocks e(inter_format, S, N);
-  exchange(inter, c, e, 1);
-  parts.resize(N);
-  for (size_t n = 0; n < N; ++n) parts[n] = e.cblock(n);
-  wire_decode_sum(inter_format, parts, S, recv);
 }
 
 }  // namespace odyssey

@@ -13,6 +13,11 @@
 // the sum with the inter format; an all-to-all among the ranks with local index l (one per node)
 // delivers the node partial sums of its own shard, which it sums. With Hadamard formats the values
 // stay in the H32 domain until the last sum, which is transformed back once.
+//
+// Pipelined (§1.4, --gradient-alltoall-pipeline): the shard is cut into `slices` pieces on whole
+// groups of both formats, each with its own buffers and non-blocking all-to-alls; the intra-node hop
+// of slice k runs while slice k-1 crosses between nodes. Slicing changes no group and no rounding
+// draw, so the result is bitwise that of slices = 1.
 #pragma once
 
 #include <cstddef>
@@ -30,8 +35,11 @@ void qwd_all_gather(Communicator& dp, const WireFormat& format, const float* mas
 // send: P·S gradients (P = intra.size() · inter.size(), shards in dp rank order); recv: S, the sum of
 // this rank's shard over all ranks. intra: this node's ranks by local index; inter: the ranks with this
 // local index, by node. key.bucket must leave bit 31 free (it tags the second hop's stream).
+// slices >= 1; fewer are used when S holds fewer whole groups.
 void two_level_reduce_scatter(Communicator& intra, Communicator& inter, const WireFormat& intra_format,
                               const WireFormat& inter_format, const float* send, float* recv, size_t S,
-                              RoundingKey key);
+                              RoundingKey key, size_t slices = 1);
+// Slice boundaries fall on multiples of this: the least common multiple of the two group sizes.
+size_t two_level_slice_align(const WireFormat& intra_format, const WireFormat& inter_format);
 
 }  // namespace odyssey

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "odyssey/kernels/quantize.h"
 
@@ -21,6 +22,36 @@ struct WireFormat {
   size_t groups(size_t n) const { return identity ? 0 : quantized_groups(quant, n); }
   // Layout alignment a block needs (Hadamard blocks of 32; int4 groups start on a byte).
   size_t align() const { return identity ? 1 : quant.hadamard ? 32 : 2; }
+};
+
+// `count` encoded blocks of n floats each, back to back in one buffer so that one message carries a
+// block's values and its scales (spec §10: "scales could also be packed inline"): record i holds the
+// values, padded to 4 bytes, then the fp32 scales. Halves the collectives of every compressed path.
+class WireBlocks {
+ public:
+  WireBlocks() = default;
+  WireBlocks(const WireFormat& f, size_t n, size_t count)
+      : values_((f.bytes(n) + 3) / 4 * 4),
+        groups_(f.groups(n)),
+        record_(values_ + 4 * groups_),
+        words_(record_ / 4 * count) {}
+  // Bytes of one block on the wire.
+  size_t record_bytes() const { return record_; }
+  size_t size_bytes() const { return words_.size() * 4; }
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(words_.data()); }
+  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(words_.data()); }
+  Quantized block(size_t i) {
+    uint8_t* r = data() + i * record_;
+    return {r, reinterpret_cast<float*>(r + values_)};
+  }
+  ConstQuantized cblock(size_t i) const {
+    const uint8_t* r = data() + i * record_;
+    return {r, reinterpret_cast<const float*>(r + values_)};
+  }
+
+ private:
+  size_t values_ = 0, groups_ = 0, record_ = 0;
+  std::vector<float> words_;  // float storage keeps every record's scales 4-byte aligned
 };
 
 // out = E(x), and out = E(a - b) (weight differences).

@@ -301,7 +301,8 @@ void ZeroEngine::reduce_scatter_compressed(const float* send, float* recv, size_
   const bool two_level = opt_.comm.grads == "tlq" || opt_.comm.grads == "tlq_hs" ||
                          (opt_.comm.grads == "qgz" && intra_->size() > 1 && inter_->size() > 1);
   if (two_level)
-    two_level_reduce_scatter(*intra_, *inter_, grad_intra_format_, grad_inter_format_, send, recv, S, key);
+    two_level_reduce_scatter(*intra_, *inter_, grad_intra_format_, grad_inter_format_, send, recv, S, key,
+                             size_t(opt_.comm.grad_pipeline));
   else
     one_level_reduce_scatter(dp_, grad_intra_format_, send, recv, S, key);
 }

@@ -29,17 +29,14 @@ class QuantizedGather {
   void start(Communicator& comm, const WireFormat& format, const float* shard, size_t S, RoundingKey key);
   void finish(float* out);
   bool active() const { return active_; }
-  uint64_t scratch_bytes() const {
-    return send_.size() + recv_.size() + 4 * (send_scales_.size() + recv_scales_.size());
-  }
+  uint64_t scratch_bytes() const { return send_.size_bytes() + recv_.size_bytes(); }
 
  private:
   WireFormat format_;
   size_t S_ = 0, P_ = 0;
   bool active_ = false;
-  std::vector<uint8_t> send_, recv_;
-  std::vector<float> send_scales_, recv_scales_;
-  RequestPtr values_, scales_;
+  WireBlocks send_, recv_;
+  RequestPtr request_;
 };
 
 // send: comm.size() · S; recv: S, this rank's shard summed over all ranks.

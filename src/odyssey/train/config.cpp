@@ -119,6 +119,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("comm.weights", std::string, comm.weights),
       ODY_KEY("comm.grads", std::string, comm.grads),
       ODY_KEY("comm.hpz", bool, comm.hpz),
+      ODY_KEY("comm.grad_pipeline", int, comm.grad_pipeline),
       ODY_KEY("checkpoint.dir", std::string, checkpoint.dir),
       ODY_KEY("checkpoint.every", int64_t, checkpoint.every),
       ODY_KEY("checkpoint.keep", int, checkpoint.keep),
@@ -242,6 +243,7 @@ void RunConfig::validate(int world_size) const {
     co.weights = comm.weights;
     co.grads = comm.grads;
     co.hpz = comm.hpz;
+    co.grad_pipeline = comm.grad_pipeline;
     co.ranks_per_node = p.ranks_per_node;
     // Without ranks_per_node the nodes are known only once MPI runs (the engine checks again then).
     if (p.ranks_per_node > 0)

@@ -49,6 +49,7 @@ struct CommConfig {
   std::string weights = "none";
   std::string grads = "none";
   bool hpz = false;
+  int grad_pipeline = 1;  // slices of the two-level gradient reduce-scatter (intra/inter overlapped)
 };
 
 struct CheckpointConfig {

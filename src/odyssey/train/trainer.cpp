@@ -150,6 +150,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   zo.comm.weights = config.comm.weights;
   zo.comm.grads = config.comm.grads;
   zo.comm.hpz = config.comm.hpz;
+  zo.comm.grad_pipeline = config.comm.grad_pipeline;
   zo.comm.seed = tc.seed;
   {
     // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
