@@ -13,6 +13,9 @@ expect_error "unknown section" "unknown config key 'optim.lr'" run --set optim.l
 expect_error "pipeline without two-level gradients" "comm.grad_pipeline=4 slices the two-level gradient reduce-scatter" \
   run --set parallel.zero_stage=1 --set comm.grads=int8 --set comm.grad_pipeline=4
 expect_error "pipeline slices out of range" "comm.grad_pipeline must be in 1..64, got 0" run --set comm.grad_pipeline=0
+expect_error "activations over the memory budget" "train.seq_len [0-9]+ x train.micro_batch [0-9]+ does not fit on this host" \
+  run --set train.host_memory_gb=0.001
+expect_error "negative memory budget" "train.host_memory_gb must be >= 0, got -1" run --set train.host_memory_gb=-1
 expect_error "wrong type" "train.lr: 'fast' is not a valid number" run --set train.lr=fast
 expect_error "wrong type in file" "model.n_head: expected an integer" \
   "$ODYSSEY" train --config <(sed 's/^n_head = 5/n_head = "five"/' "$cfg")

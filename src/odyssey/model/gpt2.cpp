@@ -95,6 +95,17 @@ size_t Activations::bytes() const {
   return total;
 }
 
+size_t Activations::bytes_for(const ModelConfig& c, int B, int T) {
+  const size_t N = size_t(B) * T, C = c.d_model, L = c.n_layer, H = c.n_head;
+  // Per layer: ln1, atty, residual2, ln2, residual3 [N, C]; qkv [N, 3C]; fch, fch_gelu [N, 4C]; four
+  // [N] statistics; att_lse [B, H, T].
+  const size_t per_layer = N * C * (5 + 3 + 8) + 4 * N + size_t(B) * H * T;
+  // encoded, lnf, dres, dln, datty [N, C]; dqkv [N, 3C]; dfch, dfch_gelu [N, 4C]; lnf stats and
+  // losses [N]; logits [N, V].
+  const size_t floats = L * per_layer + N * C * (5 + 3 + 8) + 3 * N + N * size_t(c.vocab_size);
+  return floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
+}
+
 // --- the model -----------------------------------------------------------------------------------
 
 GPT2::GPT2(const ModelConfig& config, bool allocate_storage) : config_(config), table_(config) {

@@ -77,6 +77,8 @@ struct Activations {
 
   void allocate(const ModelConfig& config, int B, int T);
   size_t bytes() const;
+  // What allocate(config, B, T) would hold, without allocating (the trainer's memory check).
+  static size_t bytes_for(const ModelConfig& config, int B, int T);
 };
 
 class GPT2 {

@@ -107,6 +107,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("train.eval_rows", int, train.eval_rows),
       ODY_KEY("train.threads", int, train.threads),
       ODY_KEY("train.exit_after", int64_t, train.exit_after),
+      ODY_KEY("train.host_memory_gb", double, train.host_memory_gb),
       ODY_KEY("parallel.dp", int, parallel.dp),
       ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses),
       ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
@@ -194,6 +195,7 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.eval_rows >= 0, "train.eval_rows must be >= 0, got {}", t.eval_rows);
   ODY_CHECK(t.exit_after >= 0, "train.exit_after must be >= 0, got {}", t.exit_after);
   ODY_CHECK(t.threads >= 0, "train.threads must be >= 0, got {}", t.threads);
+  ODY_CHECK(t.host_memory_gb >= 0, "train.host_memory_gb must be >= 0, got {}", t.host_memory_gb);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
   ODY_CHECK(data.tokenizer == "bytes" || data.tokenizer == "gpt2",
             "data.tokenizer: unknown tokenizer '{}' (bytes, gpt2)", data.tokenizer);

@@ -30,10 +30,11 @@ struct TrainConfig {
   float weight_decay = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, grad_clip = 1.0f;
   uint64_t seed = 1337;
   std::string precision = "fp32";
-  int64_t eval_every = 0;  // validation loss every N steps (0: only at the end)
-  int eval_rows = 32;      // rows of the val data per evaluation (0: all)
-  int threads = 0;         // OpenMP threads per rank (0: the host's cores / ranks on the host)
-  int64_t exit_after = 0;  // stop after this many steps of this invocation, with a checkpoint (0: never)
+  int64_t eval_every = 0;     // validation loss every N steps (0: only at the end)
+  int eval_rows = 32;         // rows of the val data per evaluation (0: all)
+  int threads = 0;            // OpenMP threads per rank (0: the host's cores / ranks on the host)
+  int64_t exit_after = 0;     // stop after this many steps of this invocation, with a checkpoint (0: never)
+  double host_memory_gb = 0;  // memory budget per host for the start-up check (0: MemAvailable)
 };
 
 struct ParallelConfig {

@@ -15,6 +15,7 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
 #include "odyssey/core/error.h"
+#include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/gemm.h"
@@ -26,6 +27,7 @@
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/batch_loader.h"
 #include "odyssey/train/evaluate.h"
+#include "odyssey/train/memory_check.h"
 #include "odyssey/train/metrics.h"
 #include "odyssey/train/sharded_checkpoint.h"
 
@@ -170,6 +172,19 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
     sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
     model.set_attention(sp_attention.get());
     shard = sp_attention->shard();
+  }
+
+  // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
+  if (tc.steps > 0) {
+    HostMemoryNeed need;
+    const MemoryReport state = engine.memory();
+    need.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
+    need.tokens_per_rank = T / grid.sp().size();
+    need.activations_per_rank = Activations::bytes_for(config.model, tc.micro_batch, need.tokens_per_rank);
+    need.ranks_on_host = host_layout(world).local_size;
+    need.seq_len = T;
+    need.micro_batch = tc.micro_batch;
+    check_host_memory(need, tc.host_memory_gb, available_memory_bytes());
   }
 
   // Data first: a bad shard is refused before anything is written.

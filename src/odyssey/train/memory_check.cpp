@@ -1,0 +1,39 @@
+#include "odyssey/train/memory_check.h"
+
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+namespace {
+
+double gib(uint64_t bytes) {
+  return double(bytes) / double(uint64_t{1} << 30);
+}
+
+}  // namespace
+
+void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes) {
+  const uint64_t ranks = uint64_t(need.ranks_on_host);
+  const uint64_t activations = need.activations_per_rank * ranks;
+  uint64_t wanted = activations, limit = available_bytes;
+  std::string what;
+  if (budget_gb > 0) {
+    wanted += need.state_per_rank * ranks;
+    limit = uint64_t(budget_gb * double(uint64_t{1} << 30));
+    what = fmt::format("train.host_memory_gb = {}", budget_gb);
+  } else {
+    if (available_bytes == 0) return;  // unknown: nothing to check against
+    what = "available (MemAvailable in /proc/meminfo; train.host_memory_gb sets a budget instead)";
+  }
+  if (wanted <= limit) return;
+  fail(
+      "train.seq_len {} x train.micro_batch {} does not fit on this host: {} rank(s) x {:.2f} GiB of "
+      "activations ({} tokens per rank){} = {:.2f} GiB, but {:.2f} GiB is {}. Use more sequence-parallel "
+      "ranks (parallel.sp_ulysses, parallel.sp_ring), a shorter train.seq_len or a smaller "
+      "train.micro_batch",
+      need.seq_len, need.micro_batch, ranks, gib(need.activations_per_rank), need.tokens_per_rank,
+      budget_gb > 0 ? fmt::format(" + {:.2f} GiB of model state per rank", gib(need.state_per_rank)) : "",
+      gib(wanted), gib(limit), what);
+}
+
+}  // namespace odyssey

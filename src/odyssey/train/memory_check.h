@@ -1,0 +1,27 @@
+// Before a run allocates its activations: will they fit on this host? A layout that cannot fit is
+// refused with the numbers and what to change, instead of the kernel's out-of-memory killer ending
+// one rank mid-step (or the host swapping to a halt).
+//
+// The check counts what the engine accounts for (model state already allocated, activations of one
+// micro-batch of this rank's sequence shard), summed over the ranks on the host. Real use is higher
+// (kernel workspaces, MPI, the program itself; peak RSS runs ~5-30% above the accounted total in
+// bench/long_sequences.sh), so a run that passes may still not fit; one that fails cannot.
+#pragma once
+
+#include <cstdint>
+
+namespace odyssey {
+
+struct HostMemoryNeed {
+  uint64_t state_per_rank = 0;        // parameters, gradients, optimizer state, comm buffers (allocated)
+  uint64_t activations_per_rank = 0;  // one micro-batch on this rank's sequence shard (not yet allocated)
+  int ranks_on_host = 1;
+  int seq_len = 0, tokens_per_rank = 0, micro_batch = 0;  // for the message
+};
+
+// budget_gb > 0: the job may use that much of each host in all (train.host_memory_gb), state included.
+// budget_gb == 0: the activations must fit in available_bytes (MemAvailable, read after the state was
+// allocated); available_bytes == 0 (unknown) skips the check. Throws odyssey::Error naming the keys.
+void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes);
+
+}  // namespace odyssey

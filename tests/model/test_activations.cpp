@@ -1,0 +1,28 @@
+// Activations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
+// shapes that differ in every dimension the formula uses.
+#include <gtest/gtest.h>
+
+#include "odyssey/model/gpt2.h"
+
+namespace odyssey {
+namespace {
+
+TEST(Activations, BytesForMatchesAllocate) {
+  struct Shape {
+    int n_layer, n_head, d_model, vocab, B, T;
+  };
+  for (const Shape& s : {Shape{1, 1, 8, 11, 1, 1}, Shape{2, 5, 40, 67, 3, 37}, Shape{4, 4, 256, 256, 1, 4096},
+                         Shape{3, 12, 96, 1000, 2, 129}}) {
+    ModelConfig c;
+    c.n_layer = s.n_layer, c.n_head = s.n_head, c.d_model = s.d_model, c.vocab_size = s.vocab;
+    c.seq_len = s.T;
+    Activations a;
+    a.allocate(c, s.B, s.T);
+    EXPECT_EQ(Activations::bytes_for(c, s.B, s.T), a.bytes())
+        << s.n_layer << " layers, " << s.n_head << " heads, d " << s.d_model << ", B " << s.B << ", T "
+        << s.T;
+  }
+}
+
+}  // namespace
+}  // namespace odyssey
