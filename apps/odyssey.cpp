@@ -41,10 +41,22 @@ std::unique_ptr<GPT2> load_model(const std::string& path, CheckpointState* state
 }
 
 // Runs on every rank of the job (under mpirun); only rank 0 prints the result.
-int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides) {
+int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides, bool dry_run) {
   RunConfig config = load_run_config(config_path, overrides);
-  TrainResult r = run_training(config, world());
+  TrainResult r = run_training(config, world(), dry_run);
   if (world().rank() != 0) return 0;
+  if (dry_run) {
+    const HostMemoryNeed& m = r.memory;
+    std::cout << nlohmann::json{{"dry_run", true},
+                                {"state_bytes_per_rank", m.state_per_rank},
+                                {"activation_bytes_per_rank", m.activations_per_rank},
+                                {"tokens_per_rank", m.tokens_per_rank},
+                                {"ranks_on_host", m.ranks_on_host},
+                                {"host_available_bytes", r.host_available}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
   nlohmann::json out = {{"steps", r.steps},
                         {"loss", r.last_loss},
                         {"tokens_per_s", r.tokens_per_s},
@@ -166,6 +178,10 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model (metrics and checkpoints in checkpoint.dir)");
   train->add_option("--config", config_path, "TOML config file")->required();
   train->add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  bool dry_run = false;
+  train->add_flag(
+      "--dry-run", dry_run,
+      "build the layout, check the data and the memory per rank, print them and exit (writes nothing)");
 
   std::string checkpoint, data_path;
   int eval_batch = 8, eval_seq_len = 0;
@@ -230,7 +246,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     // Training is the multi-rank command: the MPI runtime ends every rank on an error on any.
-    if (*train) return run_main(argc, argv, [&](int, char**) { return cmd_train(config_path, overrides); });
+    if (*train)
+      return run_main(argc, argv, [&](int, char**) { return cmd_train(config_path, overrides, dry_run); });
     if (*eval) return cmd_eval(checkpoint, data_path, eval_batch, eval_rows, eval_seq_len);
     if (*gen) {
       sampling.use_kv_cache = !no_kv_cache;

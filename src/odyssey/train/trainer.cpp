@@ -120,12 +120,12 @@ double global_mean(Communicator& dp, const LossSum& local) {
 
 }  // namespace
 
-TrainResult run_training(const RunConfig& config) {
+TrainResult run_training(const RunConfig& config, bool dry_run) {
   SingleCommunicator world("world");
-  return run_training(config, world);
+  return run_training(config, world, dry_run);
 }
 
-TrainResult run_training(const RunConfig& config, Communicator& world) {
+TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_run) {
   // Refused before any work, identically on every rank.
   config.validate(world.size());
   const TrainConfig& tc = config.train;
@@ -175,8 +175,9 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
   }
 
   // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
-  if (tc.steps > 0) {
-    HostMemoryNeed need;
+  HostMemoryNeed need;
+  const uint64_t host_available = available_memory_bytes();
+  if (tc.steps > 0 || dry_run) {
     const MemoryReport state = engine.memory();
     need.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
     need.tokens_per_rank = T / grid.sp().size();
@@ -184,7 +185,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
     need.ranks_on_host = host_layout(world).local_size;
     need.seq_len = T;
     need.micro_batch = tc.micro_batch;
-    check_host_memory(need, tc.host_memory_gb, available_memory_bytes());
+    check_host_memory(need, tc.host_memory_gb, host_available);
   }
 
   // Data first: a bad shard is refused before anything is written.
@@ -194,6 +195,22 @@ TrainResult run_training(const RunConfig& config, Communicator& world) {
                                                 config.data.shuffle, tc.seed);
   if (!config.data.val.empty())
     val_data = std::make_unique<TokenDataset>(config.data.val, T, config.model.vocab_size, false, tc.seed);
+
+  if (dry_run) {
+    if (root) {
+      const double gib = double(uint64_t{1} << 30);
+      log_info(
+          "dry run: per rank {:.3f} GiB of model state (ZeRO stage {}) + {:.3f} GiB of activations "
+          "({} tokens x micro_batch {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} GiB available",
+          need.state_per_rank / gib, pc.zero_stage, need.activations_per_rank / gib, need.tokens_per_rank,
+          tc.micro_batch, need.ranks_on_host,
+          (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib);
+    }
+    TrainResult r;
+    r.memory = need;
+    r.host_available = host_available;
+    return r;
+  }
 
   // A checkpoint (any layout) is read slice by slice, each rank taking what its ZeRO stage keeps;
   // a fresh start initializes the full state on every rank.

@@ -12,6 +12,7 @@
 #include "odyssey/data/dataset.h"
 #include "odyssey/model/gpt2.h"
 #include "odyssey/train/config.h"
+#include "odyssey/train/memory_check.h"
 
 namespace odyssey {
 
@@ -23,13 +24,17 @@ struct TrainResult {
   std::string checkpoint;          // the final checkpoint written
   std::vector<double> losses;      // training loss of every step of this invocation (global mean)
   bool stopped_by_signal = false;  // SIGTERM/SIGINT: stopped early after saving the checkpoint
+  HostMemoryNeed memory;           // the start-up memory check's figures (this rank)
+  uint64_t host_available = 0;     // MemAvailable when it ran (0: unknown)
 };
 
 // Trains over every rank of world (collective; only world rank 0 writes metrics, console lines and
 // checkpoints). The layout comes from [parallel]; the ZeRO stage from parallel.zero_stage.
-TrainResult run_training(const RunConfig& config, Communicator& world);
+// dry_run: build the layout, check the data and the memory, and return before training or writing
+// anything (`odyssey train --dry-run`).
+TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_run = false);
 // The same on one rank (a single-rank communicator, no MPI).
-TrainResult run_training(const RunConfig& config);
+TrainResult run_training(const RunConfig& config, bool dry_run = false);
 
 // Sets OpenMP threads (0: leave the default).
 void set_threads(int threads);

@@ -1,0 +1,33 @@
+# `odyssey train --dry-run`: builds the layout, checks data and memory, prints the per-rank memory
+# figures as JSON and writes nothing; the same memory check refuses a layout that cannot fit.
+source "$(dirname "$0")/common.sh" "$@"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+make_shards "$WORK/data"
+args=(--set model.n_layer=2 --set model.n_head=4 --set model.d_model=48 --set model.seq_len=256
+  --set model.vocab_size=256 --set "data.train=$WORK/data/shards/train_*.bin" --set data.val=
+  --set train.seq_len=256 --set train.global_batch=2 --set train.micro_batch=1 --set train.threads=1
+  --set "checkpoint.dir=$WORK/run")
+field() { python3 -c "import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])['$1'])"; }
+
+out=$("$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --dry-run 2>/dev/null) || fail "dry run exit code"
+[ "$(field dry_run <<<"$out")" = True ] || fail "dry run: no dry_run in $out"
+[ "$(field tokens_per_rank <<<"$out")" = 256 ] || fail "dry run: tokens_per_rank in $out"
+[ -e "$WORK/run" ] && fail "dry run wrote $WORK/run"
+one=$(field activation_bytes_per_rank <<<"$out")
+
+# Ulysses over 2 ranks: half the tokens, half the activations (attention statistics included), two
+# ranks on the host.
+out=$(mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" \
+  --set parallel.sp_ulysses=2 --set parallel.zero_stage=3 --dry-run 2>/dev/null) || fail "sp dry run exit code"
+[ "$(field tokens_per_rank <<<"$out")" = 128 ] || fail "sp dry run: tokens_per_rank in $out"
+[ "$(field ranks_on_host <<<"$out")" = 2 ] || fail "sp dry run: ranks_on_host in $out"
+[ "$(field activation_bytes_per_rank <<<"$out")" = $((one / 2)) ] || fail "sp dry run: activations not halved: $out vs $one"
+[ -e "$WORK/run" ] && fail "sp dry run wrote $WORK/run"
+
+expect_error "dry run over the budget" "train.seq_len 256 x train.micro_batch 1 does not fit on this host: 1 rank\(s\)" \
+  "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --dry-run --set train.host_memory_gb=0.0001
+expect_error "training over the budget" "does not fit on this host: 2 rank\(s\)" \
+  mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" \
+  --set parallel.sp_ring=2 --set train.host_memory_gb=0.0001
+[ -e "$WORK/run" ] && fail "a refused run wrote $WORK/run"
+finish
