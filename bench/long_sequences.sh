@@ -5,14 +5,20 @@
 #
 # Models: (a) "small" 4 layers, 4 heads, d_model 256, byte vocabulary (256), brown/bytes shards;
 #         (b) "gpt2"  GPT-2 124M (12/12/768, vocab 50257), brown/gpt2 shards.
-# Each run: global_batch = micro_batch = 1 row of T tokens, train.steps = 2, step 2 measured.
+# Each run: global_batch = micro_batch = 1 row of T tokens, train.steps = STEPS (default 2), the last
+# step measured (STEPS=1 for the longest rows: one-time start-up costs are seconds against minutes).
 # P ranks = parallel.sp_ulysses = P (dp = 1), parallel.zero_stage = 3 (parameters, gradients and
 # AdamW state sharded over the P sequence-parallel ranks). No validation set.
 # Recorded per run: step_ms, tokens_per_s, peak RSS per rank (max over ranks, getrusage ru_maxrss,
 # whole process lifetime) and the engine's accounted memory per rank (memory.total and its parts).
 #
+# A run over the time budget is still started, for PROBE_S seconds (default 120): a layout that cannot
+# fit is refused by the engine's start-up memory check (train.host_memory_gb) within seconds, and that
+# refusal, with its numbers, is the row; one that fits is stopped and marked "not run".
+#
 # Environment: RANKS="1 2 4", MAX_STEP_S (skip when the estimated step time exceeds it, default 180),
-# DEADLINE (epoch seconds; skip runs whose estimated wall time would pass it), OUT (results file).
+# DEADLINE (epoch seconds; skip runs whose estimated wall time would pass it), OUT (results file),
+# APPEND=1 (keep OUT's measured rows and add to them; its "not run" rows are dropped).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build/odyssey}
@@ -20,9 +26,17 @@ RANKS=${RANKS:-"1 2 4"}
 MAX_STEP_S=${MAX_STEP_S:-180}
 DEADLINE=${DEADLINE:-0}
 OUT=${OUT:-/tmp/long_sequences.jsonl}
-PLAN=${PLAN:-"small:4096 small:8192 small:16384 gpt2:4096 small:32768 gpt2:8192 small:65536 gpt2:16384"}
+STEPS=${STEPS:-2}
+APPEND=${APPEND:-0}
+PROBE_S=${PROBE_S:-120}
+PLAN=${PLAN:-"small:4096 small:8192 small:16384 gpt2:4096 small:32768 gpt2:8192 small:65536 gpt2:16384 small:131072 small:262144 gpt2:32768"}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-: >"$OUT"
+if [[ $APPEND == 1 && -f $OUT ]]; then
+  grep -v '"skipped"' "$OUT" >"$OUT.tmp" || true
+  mv "$OUT.tmp" "$OUT"
+else
+  : >"$OUT"
+fi
 
 model_args() {  # $1 = small | gpt2, $2 = T
   case $1 in
@@ -40,7 +54,7 @@ estimate() {
 import json, sys
 out, model, T, P = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 prev = [r for r in map(json.loads, open(out)) if r["model"] == model and r["P"] == P and r["T"] < T]
-if any(r.get("skipped") or r.get("failed") for r in prev):
+if any(r.get("skipped") or r.get("failed") or r.get("refused") for r in prev):
     print("skip-chain")
 elif prev:
     r = max(prev, key=lambda r: r["T"])
@@ -59,34 +73,42 @@ for item in $PLAN; do
       reason="not run: shorter T already skipped"
       est=""
     elif [[ -n $est ]]; then
-      wall=$((2 * est + 20))
+      wall=$((STEPS * est + 20))
       if ((est > MAX_STEP_S)); then
         reason="not run: est. $(((est + 59) / 60)) min per step"
       elif ((DEADLINE > 0 && now + wall > DEADLINE)); then
         reason="not run: est. $(((wall + 59) / 60)) min, past the deadline"
       fi
     fi
-    if [[ -n $reason ]]; then
-      line=$(printf '{"model":"%s","T":%d,"P":%d,"skipped":true,"reason":"%s","est_step_s":%s}' \
-        "$model" "$T" "$P" "$reason" "${est:-null}")
-      echo "$line" | tee -a "$OUT"
-      continue
-    fi
+    limit=()
+    [[ -n $reason ]] && limit=(timeout "$PROBE_S")
     dir=$(mktemp -d /tmp/longseq.XXXXXX)
     # shellcheck disable=SC2046
-    mpirun -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
-      --set data.val= --set model.seq_len="$T" --set train.seq_len="$T" --set train.steps=2 \
+    "${limit[@]}" mpirun -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
+      --set data.val= --set model.seq_len="$T" --set train.seq_len="$T" --set train.steps="$STEPS" \
       --set train.global_batch=1 --set train.micro_batch=1 --set train.warmup_steps=0 \
       --set parallel.sp_ulysses="$P" --set parallel.zero_stage=3 --set log.every=1 \
       --set checkpoint.dir="$dir" >"$dir.log" 2>&1
     rc=$?
-    python3 - "$dir" "$model" "$T" "$P" "$rc" "$dir.log" <<'EOF' | tee -a "$OUT"
-import json, sys
-d, model, T, P, rc, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
-r = {"model": model, "T": T, "P": P, "load1_after": float(open("/proc/loadavg").read().split()[0])}
+    python3 - "$dir" "$model" "$T" "$P" "$rc" "$dir.log" "$STEPS" "$reason" "${est:-0}" <<'EOF' | tee -a "$OUT"
+import json, re, sys
+d, model, T, P, rc, log, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+reason, est = sys.argv[8], int(sys.argv[9])
+r = {"model": model, "T": T, "P": P, "step": steps, "load1_after": float(open("/proc/loadavg").read().split()[0])}
+text = open(log, errors="replace").read()
+refusal = re.search(r"(\d+) rank\(s\) x ([\d.]+) GiB of activations .*? = ([\d.]+) GiB, but ([\d.]+) GiB is available", text)
+if refusal:  # the engine's memory check: this layout cannot fit on this host
+    n, per, total, avail = refusal.groups()
+    r.update(refused=True, reason=f"does not fit: {n} × {per} GiB of activations = {total} GiB > {avail} GiB available")
+    print(json.dumps(r))
+    sys.exit(0)
+if reason:  # over the time budget and not refused: stopped
+    r.update(skipped=True, reason=reason, est_step_s=est or None)
+    print(json.dumps(r))
+    sys.exit(0)
 try:
     recs = [json.loads(l) for l in open(d + "/metrics.jsonl")]
-    m = [x for x in recs if x["step"] == 2][0]
+    m = [x for x in recs if x["step"] == steps][0]
     r.update(step_ms=round(m["step_ms"], 1), tokens_per_s=round(m["tokens_per_s"], 1),
              peak_rss_bytes_rank0=m["peak_rss_bytes"], peak_rss_bytes_max=m["peak_rss_bytes_max"],
              memory=m["memory"], loss=m["loss"])
@@ -108,13 +130,14 @@ print("|---|---|---|---|---|---|---|")
 for r in rows:
     name = {"small": "4L×256, 4 heads, bytes", "gpt2": "GPT-2 124M"}[r["model"]]
     head = f"| {name} | {r['T']} | {r['P']} |"
-    if r.get("skipped"):
+    if r.get("skipped") or r.get("refused"):
         print(f"{head} {r['reason']} | | | |")
     elif r.get("failed"):
         print(f"{head} failed (rc {r['rc']}) | | | |")
     else:
         m = r["memory"]
         state = m["params"] + m["grads"] + m["optimizer"]
-        print(f"{head} {r['step_ms'] / 1e3:.1f} s | {r['tokens_per_s']:,.0f} | {mb(r['peak_rss_bytes_max'])} | "
+        step = "" if r.get("step", 2) == 2 else f" (step {r['step']})"
+        print(f"{head} {r['step_ms'] / 1e3:.1f} s{step} | {r['tokens_per_s']:,.0f} | {mb(r['peak_rss_bytes_max'])} | "
               f"{mb(state)} / {mb(m['activations'])} / {mb(m['total'])} |")
 EOF

@@ -11,7 +11,7 @@ namespace odyssey {
 
 namespace {
 
-// An all-to-all of encoded blocks in flight: values and (when the format has them) scales.
+// An all-to-all of encoded blocks (values and scales in one message), or none yet.
 struct Exchange {
   RequestPtr request;
   void wait() {
