@@ -96,10 +96,11 @@ d, model, T, P, rc, log, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int
 reason, est = sys.argv[8], int(sys.argv[9])
 r = {"model": model, "T": T, "P": P, "step": steps, "load1_after": float(open("/proc/loadavg").read().split()[0])}
 text = open(log, errors="replace").read()
-refusal = re.search(r"(\d+) rank\(s\) x ([\d.]+) GiB of activations .*? = ([\d.]+) GiB, but ([\d.]+) GiB is available", text)
+size = r"[\d.]+ [GM]iB"
+refusal = re.search(rf"(\d+) rank\(s\) x ({size}) of activations .*? = ({size}), but ({size}) is available", text)
 if refusal:  # the engine's memory check: this layout cannot fit on this host
     n, per, total, avail = refusal.groups()
-    r.update(refused=True, reason=f"does not fit: {n} × {per} GiB of activations = {total} GiB > {avail} GiB available")
+    r.update(refused=True, reason=f"does not fit: {n} × {per} of activations = {total} > {avail} available")
     print(json.dumps(r))
     sys.exit(0)
 if reason:  # over the time budget and not refused: stopped

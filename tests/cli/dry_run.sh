@@ -15,13 +15,14 @@ out=$("$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --dry-run
 [ -e "$WORK/run" ] && fail "dry run wrote $WORK/run"
 one=$(field activation_bytes_per_rank <<<"$out")
 
-# Ulysses over 2 ranks: half the tokens, half the activations (attention statistics included), two
-# ranks on the host.
+# Ulysses over 2 ranks: half the tokens; the model's activations halve, plus the head-sharded tensors
+# Ulysses saves (exact figures: tests/parallel/mpitest_sp_model.cpp); two ranks on the host.
 out=$(mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" \
   --set parallel.sp_ulysses=2 --set parallel.zero_stage=3 --dry-run 2>/dev/null) || fail "sp dry run exit code"
 [ "$(field tokens_per_rank <<<"$out")" = 128 ] || fail "sp dry run: tokens_per_rank in $out"
 [ "$(field ranks_on_host <<<"$out")" = 2 ] || fail "sp dry run: ranks_on_host in $out"
-[ "$(field activation_bytes_per_rank <<<"$out")" = $((one / 2)) ] || fail "sp dry run: activations not halved: $out vs $one"
+act=$(field activation_bytes_per_rank <<<"$out")
+((act > one / 2 && act < one)) || fail "sp dry run: activations $act not between half and all of $one"
 [ -e "$WORK/run" ] && fail "sp dry run wrote $WORK/run"
 
 expect_error "dry run over the budget" "train.seq_len 256 x train.micro_batch 1 does not fit on this host: 1 rank\(s\)" \

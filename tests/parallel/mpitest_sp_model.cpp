@@ -108,6 +108,17 @@ void expect_layout_matches(const ModelConfig& c, const sp_test::Layout& l, const
   sp.all_reduce(&count, 1, DType::i32);
   EXPECT_EQ(count, b.count);
   EXPECT_NEAR(total, want.loss, 1e-5 * std::abs(want.loss));
+  // The memory check's estimate is what forward and backward actually hold, SP buffers included;
+  // a forward at another shape (evaluation) keeps no stale Ulysses tensors.
+  const size_t held = m.activation_bytes();
+  EXPECT_EQ(held, m.activation_bytes_for(B, Tl));
+  EXPECT_GT(held, Activations::bytes_for(c, B, Tl));
+  if (l.U > 1 && l.R == 1) {
+    const int H = c.n_head, D = c.d_model / c.n_head;
+    const size_t saved_one = op.bytes_for(1, Tl / 2, H, D, c.n_layer) - op.bytes_for(1, Tl / 2, H, D, 0);
+    m.forward(inputs.data(), targets.data(), pos.data(), 1, Tl / 2, &n);
+    EXPECT_EQ(op.ulysses()->saved_bytes(), saved_one) << "stale Ulysses tensors after a smaller batch";
+  }
 
   // Weights are replicated over SP: their gradients are the sum over the group.
   sp.all_reduce(m.grads(), size_t(m.num_params()), DType::f32);

@@ -26,6 +26,10 @@ class AttentionOp {
   // Accumulates dqkv [B, T, 3C] from dout [B, T, C].
   virtual void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
                         int B, int T, int H, int D) = 0;
+  // Memory the op holds now (activations it saves for backward, scratch), and what it will hold after
+  // forward and backward of n_layer layers at this shape (the memory check, before allocating).
+  virtual size_t bytes() const { return 0; }
+  virtual size_t bytes_for(int /*B*/, int /*T*/, int /*H*/, int /*D*/, int /*n_layer*/) const { return 0; }
 };
 
 // Single-process causal attention: the shared blockwise kernel over the whole sequence.
@@ -122,6 +126,13 @@ class GPT2 {
   // Zeroes the full gradient buffer (with allocated storage).
   void zero_grads() { grads_.zero(); }
   const Activations& activations() const { return acts_; }
+  // The activations and what the attention op holds besides (sequence parallelism's saved tensors).
+  size_t activation_bytes() const { return acts_.bytes() + attention_->bytes(); }
+  // What activation_bytes() will be after a micro-batch of B rows of T tokens, without allocating.
+  size_t activation_bytes_for(int B, int T) const {
+    return Activations::bytes_for(config_, B, T) +
+           attention_->bytes_for(B, T, config_.n_head, config_.d_model / config_.n_head, config_.n_layer);
+  }
 
  private:
   void run_forward(const int* inputs, const int* targets, const int* positions, int B, int T);

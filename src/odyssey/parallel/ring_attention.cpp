@@ -124,6 +124,25 @@ void finish(RequestPtr& r, RingTimes& times) {
 
 }  // namespace
 
+size_t RingAttention::bytes() const {
+  size_t n = dkv_in_.bytes() + blk_out_.bytes() + blk_lse_.bytes() + lse_rows_.bytes();
+  for (int i = 0; i < 2; ++i) n += kv_[i].bytes() + dkv_[i].bytes();
+  return n;
+}
+
+size_t RingAttention::bytes_for_heads(int B, int Tl, int H, int Hkv, int D) const {
+  const size_t P = size_t(ring_.size()), rows = size_t(std::min(options_.progress_rows, Tl));
+  const size_t kv_n = size_t(B) * Tl * 2 * Hkv * D, buffers = P > 1 ? 2 : 1;
+  // kv_ and dkv_ (double-buffered on a ring), dkv_in_, a block's out and lse, a slice of the lse.
+  const size_t floats =
+      2 * buffers * kv_n + (P > 1 ? kv_n : 0) + size_t(B) * rows * H * D + 2 * size_t(B) * H * rows;
+  return floats * sizeof(float);
+}
+
+size_t RingAttention::bytes_for(int B, int T, int H, int D, int /*n_layer*/) const {
+  return bytes_for_heads(B, T, H, n_kv_head_ ? n_kv_head_ : H, D);  // scratch only: saves nothing per layer
+}
+
 void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
                                   AttentionDims d) {
   check_dims(d);

@@ -63,6 +63,11 @@ class RingAttention : public AttentionOp {
   void backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
                       const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims);
 
+  size_t bytes() const override;
+  size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
+  // The scratch after forward_heads and backward_heads over Tl tokens of H query / Hkv kv heads.
+  size_t bytes_for_heads(int B, int Tl, int H, int Hkv, int D) const;
+
   Communicator& comm() { return ring_; }
   const RingOptions& options() const { return options_; }
   void set_overlap(bool on) { options_.overlap = on; }

@@ -68,6 +68,21 @@ size_t UlyssesAttention::saved_bytes() const {
   return n;
 }
 
+size_t UlyssesAttention::bytes() const {
+  return saved_bytes() + send_.bytes() + recv_.bytes() + dout_h_.bytes() + dqkv_h_.bytes() +
+         (inner_ ? inner_->bytes() : 0);
+}
+
+size_t UlyssesAttention::bytes_for(int B, int T, int H, int D, int n_layer) const {
+  const int U = comm_.size(), Hkv = n_kv_head_ ? n_kv_head_ : H;
+  const UlyssesHeads heads(H, Hkv, U);
+  const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads());
+  const size_t qkv_h = size_t(U) * B * T * (Hl + 2 * Hkvl) * D, out_h = size_t(U) * B * T * Hl * D;
+  // Saved per layer: head-sharded qkv and out. Scratch: send_, recv_, dqkv_h_ (qkv-sized), dout_h_.
+  const size_t floats = size_t(n_layer) * (qkv_h + out_h) + 3 * qkv_h + out_h;
+  return floats * sizeof(float) + (inner_ ? inner_->bytes_for_heads(B, U * T, int(Hl), int(Hkvl), D) : 0);
+}
+
 void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) {
   const int U = comm_.size(), Hkv = n_kv_head_ ? n_kv_head_ : H;
   const UlyssesHeads heads(H, Hkv, U);
@@ -93,6 +108,12 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
       }
   comm_.all_to_all(send_.data(), recv_.data(), size_t(qkv_block), DType::f32);
 
+  // One shape at a time: a forward of another shape (evaluation after training, the activations
+  // reallocated at new addresses) drops what was saved for the old one, whose backward is done.
+  std::erase_if(saved_, [&](const auto& kv) {
+    const Saved& s = kv.second;
+    return s.B != B || s.T != T || s.H != H || s.D != D;
+  });
   Saved& sv = saved_[qkv];
   sv.B = B, sv.T = T, sv.H = H, sv.D = D;
   if (sv.qkv.size() != size_t(U * qkv_block)) sv.qkv.resize(size_t(U * qkv_block));

@@ -62,6 +62,8 @@ class UlyssesAttention : public AttentionOp {
   // Drops the saved head-sharded activations (e.g. when the batch shape changes for good).
   void clear() { saved_.clear(); }
   size_t saved_bytes() const;
+  size_t bytes() const override;
+  size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
 
  private:
   struct Saved {

@@ -42,6 +42,11 @@ class SequenceParallelAttention : public AttentionOp {
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                 int T, int H, int D) override;
 
+  size_t bytes() const override { return op_->bytes(); }
+  size_t bytes_for(int B, int T, int H, int D, int n_layer) const override {
+    return op_->bytes_for(B, T, H, D, n_layer);
+  }
+
   // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()).
   SequenceShard shard() const;
   RingAttention* ring() { return ring_.get(); }           // null without a ring

@@ -373,7 +373,7 @@ MemoryReport ZeroEngine::memory() const {
   for (const FloatBuffer& sec : secondary_) r.params += sec.bytes();
   r.grads = grads_->grad_bytes();
   r.optimizer = m_.bytes() + v_.bytes();
-  r.activations = model_.activations().bytes();
+  r.activations = model_.activation_bytes();
   r.comm_buffers = uint64_t(peak_gathered_bytes_) + grads_->peak_buffer_bytes();
   return r;
 }

@@ -6,8 +6,10 @@ namespace odyssey {
 
 namespace {
 
-double gib(uint64_t bytes) {
-  return double(bytes) / double(uint64_t{1} << 30);
+// "1.25 GiB", or "3.4 MiB" below a GiB.
+std::string size(uint64_t bytes) {
+  const double gib = double(bytes) / double(uint64_t{1} << 30);
+  return gib >= 1 ? fmt::format("{:.2f} GiB", gib) : fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
 }
 
 }  // namespace
@@ -27,13 +29,13 @@ void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t av
   }
   if (wanted <= limit) return;
   fail(
-      "train.seq_len {} x train.micro_batch {} does not fit on this host: {} rank(s) x {:.2f} GiB of "
-      "activations ({} tokens per rank){} = {:.2f} GiB, but {:.2f} GiB is {}. Use more sequence-parallel "
+      "train.seq_len {} x train.micro_batch {} does not fit on this host: {} rank(s) x {} of "
+      "activations ({} tokens per rank){} = {}, but {} is {}. Use more sequence-parallel "
       "ranks (parallel.sp_ulysses, parallel.sp_ring), a shorter train.seq_len or a smaller "
       "train.micro_batch",
-      need.seq_len, need.micro_batch, ranks, gib(need.activations_per_rank), need.tokens_per_rank,
-      budget_gb > 0 ? fmt::format(" + {:.2f} GiB of model state per rank", gib(need.state_per_rank)) : "",
-      gib(wanted), gib(limit), what);
+      need.seq_len, need.micro_batch, ranks, size(need.activations_per_rank), need.tokens_per_rank,
+      budget_gb > 0 ? fmt::format(" + {} of model state per rank", size(need.state_per_rank)) : "",
+      size(wanted), size(limit), what);
 }
 
 }  // namespace odyssey

@@ -181,7 +181,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     const MemoryReport state = engine.memory();
     need.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
     need.tokens_per_rank = T / grid.sp().size();
-    need.activations_per_rank = Activations::bytes_for(config.model, tc.micro_batch, need.tokens_per_rank);
+    need.activations_per_rank = model.activation_bytes_for(tc.micro_batch, need.tokens_per_rank);
     need.ranks_on_host = host_layout(world).local_size;
     need.seq_len = T;
     need.micro_batch = tc.micro_batch;
