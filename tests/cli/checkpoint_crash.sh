@@ -1,5 +1,6 @@
 # Crash safety: a np 2 ZeRO-3 run saving every step (writers paused between files so kills land
-# mid-save) is SIGKILLed at random points, again and again, each time resuming. After every kill the
+# mid-save) is SIGKILLed at random points (after its first complete save), again and again, each
+# time resuming. After every kill the
 # step directories are all complete, inspect verifies them and reports the interrupted save, and
 # incomplete directories (planted ones with a higher step too) are never loaded. The finally resumed
 # run continues bit-identically to an uninterrupted one.
@@ -21,7 +22,15 @@ for i in $(seq 1 10); do
   ODYSSEY_CHECKPOINT_PAUSE_MS=25 "${MPIRUN[@]}" -np 2 "$ODYSSEY" train --config "$cfg" "${common[@]}" \
     --set "checkpoint.dir=$run" --set checkpoint.resume=true >/dev/null 2>"$WORK/err$i.txt" &
   pid=$!
-  sleep "$(printf '1.%03d' $((RANDOM % 1000)))"
+  # Kill at a random moment after this run's first complete save (so every run makes progress however
+  # loaded the machine is); saving every step with paused writers, most moments are mid-save.
+  before=$(ls -d "$run"/step_0* 2>/dev/null | tail -n 1)
+  for _ in $(seq 1 1200); do
+    [ "$(ls -d "$run"/step_0* 2>/dev/null | tail -n 1)" != "$before" ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  sleep "$(printf '0.%03d' $((RANDOM % 1000)))"
   kill -KILL $(pgrep -P $pid) 2>/dev/null
   kill -KILL $pid 2>/dev/null
   wait $pid 2>/dev/null
