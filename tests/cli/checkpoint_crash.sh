@@ -1,6 +1,6 @@
 # Crash safety: a np 2 ZeRO-3 run saving every step (writers paused between files so kills land
-# mid-save) is SIGKILLed at random points (after its first complete save), again and again, each
-# time resuming. After every kill the
+# mid-save) is SIGKILLed at random points after its first complete save (every other kill as soon as
+# a save is in progress), again and again, each time resuming. After every kill the
 # step directories are all complete, inspect verifies them and reports the interrupted save, and
 # incomplete directories (planted ones with a higher step too) are never loaded. The finally resumed
 # run continues bit-identically to an uninterrupted one.
@@ -30,7 +30,18 @@ for i in $(seq 1 10); do
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
   done
-  sleep "$(printf '0.%03d' $((RANDOM % 1000)))"
+  if ((i % 2 == 0)); then
+    # Even kills: as soon as a save is in progress (plus 0-40 ms), whatever the compute/save ratio
+    # (under ASan a step's compute dwarfs the writers' pauses).
+    for _ in $(seq 1 3000); do
+      ls -d "$run"/.step_*.tmp 2>/dev/null | grep -qv 99999998 && break
+      kill -0 $pid 2>/dev/null || break
+      sleep 0.02
+    done
+    sleep "0.0$((RANDOM % 5))"
+  else
+    sleep "$(printf '0.%03d' $((RANDOM % 1000)))"
+  fi
   kill -KILL $(pgrep -P $pid) 2>/dev/null
   kill -KILL $pid 2>/dev/null
   wait $pid 2>/dev/null
