@@ -1,5 +1,5 @@
 // Activations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
-// shapes that differ in every dimension the formula uses.
+// shapes that differ in every dimension the formula uses, with a qkv buffer per layer or one shared.
 #include <gtest/gtest.h>
 
 #include "odyssey/model/gpt2.h"

@@ -45,10 +45,11 @@ void LocalAttention::backward(float* dqkv, const float* dout, const float* out, 
 
 // --- activations ---------------------------------------------------------------------------------
 
-void Activations::allocate(const ModelConfig& c, int B_, int T_) {
-  if (B == B_ && T == T_) return;
+void Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared_qkv_) {
+  if (B == B_ && T == T_ && shared_qkv == shared_qkv_) return;
   B = B_;
   T = T_;
+  shared_qkv = shared_qkv_;
   const size_t N = size_t(B) * T, C = c.d_model, L = c.n_layer;
   auto per_layer = [&](std::vector<FloatBuffer>& v, size_t n) {
     v.clear();
@@ -60,6 +61,7 @@ void Activations::allocate(const ModelConfig& c, int B_, int T_) {
   per_layer(ln1_mean, N);
   per_layer(ln1_rstd, N);
   per_layer(qkv, N * 3 * C);
+  if (shared_qkv) qkv.resize(1);
   per_layer(atty, N * C);
   per_layer(att_lse, size_t(B) * c.n_head * T);
   per_layer(residual2, N * C);
@@ -95,14 +97,15 @@ size_t Activations::bytes() const {
   return total;
 }
 
-size_t Activations::bytes_for(const ModelConfig& c, int B, int T) {
+size_t Activations::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv) {
   const size_t N = size_t(B) * T, C = c.d_model, L = c.n_layer, H = c.n_head;
-  // Per layer: ln1, atty, residual2, ln2, residual3 [N, C]; qkv [N, 3C]; fch, fch_gelu [N, 4C]; four
-  // [N] statistics; att_lse [B, H, T].
-  const size_t per_layer = N * C * (5 + 3 + 8) + 4 * N + size_t(B) * H * T;
+  // Per layer: ln1, atty, residual2, ln2, residual3 [N, C]; qkv [N, 3C] (unless shared); fch, fch_gelu
+  // [N, 4C]; four [N] statistics; att_lse [B, H, T].
+  const size_t per_layer = N * C * (5 + (shared_qkv ? 0 : 3) + 8) + 4 * N + size_t(B) * H * T;
   // encoded, lnf, dres, dln, datty [N, C]; dqkv [N, 3C]; dfch, dfch_gelu [N, 4C]; lnf stats and
   // losses [N]; logits [N, V].
-  const size_t floats = L * per_layer + N * C * (5 + 3 + 8) + 3 * N + N * size_t(c.vocab_size);
+  const size_t floats =
+      L * per_layer + N * C * (5 + 3 + 8) + 3 * N + N * size_t(c.vocab_size) + (shared_qkv ? N * 3 * C : 0);
   return floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
 
@@ -128,7 +131,7 @@ void GPT2::run_forward(const int* inputs, const int* targets, const int* positio
   const ModelConfig& c = config_;
   ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
   ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
-  acts_.allocate(c, B, T);
+  acts_.allocate(c, B, T, attention_->saves_qkv());
   const int N = B * T, C = c.d_model, H = c.n_head, D = c.head_dim(), V = c.vocab_size;
   Activations& a = acts_;
   for (int i = 0; i < N; ++i) {
@@ -153,8 +156,8 @@ void GPT2::run_forward(const int* inputs, const int* targets, const int* positio
     size_t L = size_t(l);
     layernorm_forward(a.ln1[L].data(), a.ln1_mean[L].data(), a.ln1_rstd[L].data(), x, w(lp.ln1_w),
                       w(lp.ln1_b), N, C);
-    linear_forward(a.qkv[L].data(), a.ln1[L].data(), w(lp.qkv_w), w(lp.qkv_b), N, C, 3 * C);
-    attention_->forward(a.atty[L].data(), a.att_lse[L].data(), a.qkv[L].data(), B, T, H, D);
+    linear_forward(a.qkv_of(L), a.ln1[L].data(), w(lp.qkv_w), w(lp.qkv_b), N, C, 3 * C);
+    attention_->forward(a.atty[L].data(), a.att_lse[L].data(), a.qkv_of(L), B, T, H, D);
     // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
     linear_forward(a.residual2[L].data(), a.atty[L].data(), w(lp.attn_proj_w), w(lp.attn_proj_b), N, C, C);
     accumulate(a.residual2[L].data(), x, size_t(N) * C);
@@ -246,8 +249,8 @@ void GPT2::run_backward() {
     linear_backward(a.datty.data(), d(lp.attn_proj_w), d(lp.attn_proj_b), a.dres.data(), a.atty[L].data(),
                     w(lp.attn_proj_w), N, C, C);
     a.dqkv.zero();
-    attention_->backward(a.dqkv.data(), a.datty.data(), a.atty[L].data(), a.att_lse[L].data(),
-                         a.qkv[L].data(), B, T, H, D);
+    attention_->backward(a.dqkv.data(), a.datty.data(), a.atty[L].data(), a.att_lse[L].data(), a.qkv_of(L), B,
+                         T, H, D);
     a.dln.zero();
     linear_backward(a.dln.data(), d(lp.qkv_w), d(lp.qkv_b), a.dqkv.data(), a.ln1[L].data(), w(lp.qkv_w), N, C,
                     3 * C);

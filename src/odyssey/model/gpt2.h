@@ -29,6 +29,10 @@ class AttentionOp {
   // Memory the op holds now (activations it saves for backward, scratch), and what it will hold after
   // forward and backward of n_layer layers at this shape (the memory check, before allocating).
   virtual size_t bytes() const { return 0; }
+  // True when backward reads not the model's qkv but a copy the op saved itself (Ulysses keeps q, k, v
+  // head-sharded): the model then keeps one qkv buffer for all layers instead of one per layer.
+  // Such an op must tell layers apart by their lse pointer, which stays per layer.
+  virtual bool saves_qkv() const { return false; }
   virtual size_t bytes_for(int /*B*/, int /*T*/, int /*H*/, int /*D*/, int /*n_layer*/) const { return 0; }
 };
 
@@ -67,8 +71,9 @@ struct Activations {
   int B = 0, T = 0;
   FloatBuffer encoded;                               // [N, C]
   std::vector<FloatBuffer> ln1, ln1_mean, ln1_rstd;  // per layer: [N, C], [N], [N]
-  std::vector<FloatBuffer> qkv, atty, att_lse;       // [N, 3C], [N, C], [B, H, T]
-  std::vector<FloatBuffer> residual2;                // [N, C]  x + attn(x)
+  std::vector<FloatBuffer> qkv, atty,
+      att_lse;                         // [N, 3C] (one shared by all layers: shared_qkv), [N, C], [B, H, T]
+  std::vector<FloatBuffer> residual2;  // [N, C]  x + attn(x)
   std::vector<FloatBuffer> ln2, ln2_mean, ln2_rstd;
   std::vector<FloatBuffer> fch, fch_gelu;  // [N, 4C]
   std::vector<FloatBuffer> residual3;      // [N, C]  block output
@@ -79,10 +84,13 @@ struct Activations {
   // Backward scratch, reused by every layer.
   FloatBuffer dres, dln, datty, dqkv, dfch, dfch_gelu;
 
-  void allocate(const ModelConfig& config, int B, int T);
+  bool shared_qkv = false;
+  float* qkv_of(int layer) { return qkv[shared_qkv ? 0 : size_t(layer)].data(); }
+
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv = false);
   size_t bytes() const;
-  // What allocate(config, B, T) would hold, without allocating (the trainer's memory check).
-  static size_t bytes_for(const ModelConfig& config, int B, int T);
+  // What allocate(config, B, T, shared_qkv) would hold, without allocating (the memory check).
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv = false);
 };
 
 class GPT2 {
@@ -130,7 +138,7 @@ class GPT2 {
   size_t activation_bytes() const { return acts_.bytes() + attention_->bytes(); }
   // What activation_bytes() will be after a micro-batch of B rows of T tokens, without allocating.
   size_t activation_bytes_for(int B, int T) const {
-    return Activations::bytes_for(config_, B, T) +
+    return Activations::bytes_for(config_, B, T, attention_->saves_qkv()) +
            attention_->bytes_for(B, T, config_.n_head, config_.d_model / config_.n_head, config_.n_layer);
   }
 

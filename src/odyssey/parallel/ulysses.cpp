@@ -114,7 +114,7 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
     const Saved& s = kv.second;
     return s.B != B || s.T != T || s.H != H || s.D != D;
   });
-  Saved& sv = saved_[qkv];
+  Saved& sv = saved_[lse];
   sv.B = B, sv.T = T, sv.H = H, sv.D = D;
   if (sv.qkv.size() != size_t(U * qkv_block)) sv.qkv.resize(size_t(U * qkv_block));
   if (sv.out.size() != size_t(U * out_block)) sv.out.resize(size_t(U * out_block));
@@ -141,14 +141,14 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
 }
 
 void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*out*/, const float* lse,
-                                const float* qkv, int B, int T, int H, int D) {
+                                const float* /*qkv: saved head-sharded*/, int B, int T, int H, int D) {
   const int U = comm_.size(), Hkv = n_kv_head_ ? n_kv_head_ : H;
   const UlyssesHeads heads(H, Hkv, U);
   const int Hl = heads.local_heads(), Hkvl = heads.local_kv_heads(), Tf = U * T;
   const FusedQkv in{H, Hkv, D}, loc{Hl, Hkvl, D};
   const int64_t W = loc.width(), qkv_block = int64_t(B) * T * W, out_w = int64_t(Hl) * D,
                 out_block = int64_t(B) * T * out_w;
-  auto it = saved_.find(qkv);
+  auto it = saved_.find(lse);
   ODY_CHECK(
       it != saved_.end() && it->second.B == B && it->second.T == T && it->second.H == H && it->second.D == D,
       "Ulysses attention backward without the forward of this layer (B={}, T={}, H={}, D={})", B, T, H, D);

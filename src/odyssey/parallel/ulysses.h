@@ -63,6 +63,7 @@ class UlyssesAttention : public AttentionOp {
   void clear() { saved_.clear(); }
   size_t saved_bytes() const;
   size_t bytes() const override;
+  bool saves_qkv() const override { return true; }
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
 
  private:
@@ -74,8 +75,8 @@ class UlyssesAttention : public AttentionOp {
   Communicator& comm_;
   int n_kv_head_;
   RingAttention* inner_;
-  std::unordered_map<const float*, Saved> saved_;
-  FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
+  std::unordered_map<const float*, Saved> saved_;  // by the layer's lse buffer (qkv may be shared)
+  FloatBuffer send_, recv_, dout_h_, dqkv_h_;      // scratch
 };
 
 }  // namespace odyssey

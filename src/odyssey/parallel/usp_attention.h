@@ -43,6 +43,7 @@ class SequenceParallelAttention : public AttentionOp {
                 int T, int H, int D) override;
 
   size_t bytes() const override { return op_->bytes(); }
+  bool saves_qkv() const override { return op_->saves_qkv(); }
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override {
     return op_->bytes_for(B, T, H, D, n_layer);
   }
