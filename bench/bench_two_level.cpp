@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
@@ -61,8 +62,8 @@ int bench(int argc, char** argv) {
   c.grads = grads;
   validate_comm_keys(c, 1);
   ODY_CHECK(c.two_level_grads(), "--grads {} is not a two-level format", grads);
-  auto intra = w.split(w.rank() / D, w.rank(), "intra", true);
-  auto inter = w.split(w.rank() % D, w.rank(), "inter", P / D == 1);
+  NodeSplit nodes = split_nodes(w, D);
+  Communicator &intra = *nodes.intra, &inter = *nodes.inter;
   const WireFormat fi = grad_intra_format(c), fo = grad_inter_format(c);
 
   // One bucket of `elements`, shard S padded to whole groups.
@@ -79,7 +80,7 @@ int bench(int argc, char** argv) {
       const RoundingKey key{7, uint32_t(rep), uint32_t(w.rank()), 0, 0};
       w.barrier();
       Timer t;
-      two_level_reduce_scatter(*intra, *inter, fi, fo, send.data(), recv.data(), S, key, slice_counts[which]);
+      two_level_reduce_scatter(intra, inter, fi, fo, send.data(), recv.data(), S, key, slice_counts[which]);
       double mine = t.seconds() * 1e3;
       std::vector<double> times(static_cast<size_t>(P));
       w.all_gather(&mine, times.data(), sizeof(double), DType::u8);

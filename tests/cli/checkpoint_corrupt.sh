@@ -2,11 +2,7 @@
 # missing file and a manifest from a newer format are each refused, by resume, eval and inspect, with a
 # message naming the file and the tensor (the manifest, for the format version).
 source "$(dirname "$0")/common.sh" "$@"
-MPIRUN=(mpirun --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-make_shards "$WORK/data"
-cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_setup
 common=(--set train.steps=4 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=1)
 "${MPIRUN[@]}" -np 2 "$ODYSSEY" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/good" \
   >/dev/null 2>&1 || fail "training run"

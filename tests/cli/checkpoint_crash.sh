@@ -5,11 +5,7 @@
 # incomplete directories (planted ones with a higher step too) are never loaded. The finally resumed
 # run continues bit-identically to an uninterrupted one.
 source "$(dirname "$0")/common.sh" "$@"
-MPIRUN=(mpirun --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-make_shards "$WORK/data"
-cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_setup
 common=(--set train.steps=300 --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
   --set parallel.zero_stage=3 --set checkpoint.every=1 --set checkpoint.keep=2)
 run="$WORK/crash"

@@ -2,11 +2,7 @@
 # stop, 6 resumed, bit for bit (losses, gradient norms, final params/m/v files). And a run receiving
 # SIGTERM saves at the next step boundary, exits 0, and resumes exactly.
 source "$(dirname "$0")/common.sh" "$@"
-MPIRUN=(mpirun --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-make_shards "$WORK/data"
-cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_setup
 common=(--set train.steps=12 --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
   --set parallel.bucket_mb=0.05)
 strip() { sed -E 's/.*"grad_norm":([^,]*).*"loss":([^,]*).*"step":([0-9]+).*/\3 \2 \1/' "$1"; }

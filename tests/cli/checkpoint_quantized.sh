@@ -4,11 +4,7 @@
 # (ZeRO-3). Stages 1-2 checkpoint the quantized model-weight replica next to the master ("weights"
 # kind); a resume under another layout rebuilds it from the master and says so.
 source "$(dirname "$0")/common.sh" "$@"
-MPIRUN=(mpirun --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-make_shards "$WORK/data"
-cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_setup
 common=(--set train.steps=12 --set train.global_batch=8 --set train.micro_batch=1 --set data.shuffle=true
   --set parallel.bucket_mb=0.05 --set parallel.ranks_per_node=2)
 strip() { sed -E 's/.*"grad_norm":([^,]*).*"loss":([^,]*).*"step":([0-9]+).*/\3 \2 \1/' "$1"; }

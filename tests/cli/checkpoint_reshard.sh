@@ -2,11 +2,7 @@
 # ones written at dp=1 and dp=2 ZeRO-1 resume at dp=4 ZeRO-3; the following losses match the
 # uninterrupted run within relative 1e-5. (Layouts with sequence parallelism: checkpoint_reshard_sp.sh.)
 source "$(dirname "$0")/common.sh" "$@"
-MPIRUN=(mpirun --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-make_shards "$WORK/data"
-cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_setup
 common=(--set train.steps=12 --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
   --set parallel.bucket_mb=0.05)
 # run NP STAGE DIR [more --set ...]

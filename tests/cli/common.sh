@@ -36,6 +36,16 @@ make_shards() {
   "$ODYSSEY" prepare --input "$dir"/text/*.txt --output "$dir/shards" --tokenizer bytes --val-fraction 0.25 --quiet >/dev/null
 }
 
+# tiny_setup: token shards in $WORK/data, configs/tiny.toml pointed at them as $cfg, and MPIRUN for
+# multi-rank runs (Open MPI allowed as root, one OpenMP thread per rank).
+tiny_setup() {
+  MPIRUN=(mpirun --oversubscribe)
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+  make_shards "$WORK/data"
+  cfg="$WORK/tiny.toml"
+  sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+}
+
 finish() {
   if [ $failures -ne 0 ]; then
     echo "$failures check(s) failed"

@@ -2,11 +2,7 @@
 # 1-rank losses (relative 1e-5) and writes one full checkpoint; a resumed ZeRO-3 run at np 2 is
 # bit-identical to an uninterrupted one; impossible layouts are refused naming the keys.
 source "$(dirname "$0")/common.sh" "$@"
-MPIRUN=(mpirun --oversubscribe)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-make_shards "$WORK/data"
-cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_setup
 # global_batch 4 = 2 micro-steps x 1 row x 2 ranks; small buckets so several are in flight.
 common=(--set train.steps=8 --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
   --set parallel.bucket_mb=0.05)

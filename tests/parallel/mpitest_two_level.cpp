@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/sdp4bit.h"
@@ -24,19 +25,17 @@ using namespace odyssey;
 
 namespace {
 
-struct Groups {
-  std::unique_ptr<Communicator> intra, inter;
+struct Groups : NodeSplit {
   size_t D = 1, N = 1;
 };
 
-// Nodes of D consecutive ranks: two nodes where there are two ranks or more.
-Groups split_nodes() {
+// Two nodes where there are two ranks or more.
+Groups two_nodes() {
   Communicator& w = world();
   Groups g;
   g.D = w.size() >= 2 ? size_t(w.size()) / 2 : 1;
   g.N = size_t(w.size()) / g.D;
-  g.intra = w.split(w.rank() / int(g.D), w.rank(), "intra", true);
-  g.inter = w.split(w.rank() % int(g.D), w.rank(), "inter", g.N == 1);
+  static_cast<NodeSplit&>(g) = split_nodes(w, int(g.D));
   return g;
 }
 
@@ -71,7 +70,7 @@ std::vector<float> run(Groups& g, const std::string& grads, bool identity, size_
 class TwoLevel : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(TwoLevel, PipelinedSlicesAreBitwiseTheUnslicedCollective) {
-  Groups g = split_nodes();
+  Groups g = two_nodes();
   // 1184 = 9.25 groups of 128 (2.3 of 512), 4096 whole groups, 96 less than one group.
   for (size_t S : {size_t(1184), size_t(4096), size_t(96)}) {
     for (bool identity : {false, true}) {
@@ -87,7 +86,7 @@ TEST_P(TwoLevel, PipelinedSlicesAreBitwiseTheUnslicedCollective) {
 }
 
 TEST_P(TwoLevel, IdentityIsTheFp32SumInCollectiveOrderAndQuantizedStaysClose) {
-  Groups g = split_nodes();
+  Groups g = two_nodes();
   const size_t P = g.D * g.N, S = 1184, r = size_t(world().rank());
   std::vector<std::vector<float>> all;
   for (size_t q = 0; q < P; ++q) all.push_back(gradient(int(q), P, S));

@@ -179,4 +179,14 @@ std::string ProcessGrid::describe() const {
   return out;
 }
 
+NodeSplit split_nodes(Communicator& comm, int D) {
+  ODY_CHECK(D >= 1 && comm.size() % D == 0, "{} ranks of {} do not split into nodes of {}", comm.size(),
+            comm.name(), D);
+  const int r = comm.rank(), N = comm.size() / D;
+  NodeSplit s;
+  s.intra = comm.split(r / D, r, comm.name() + "_intra", true);
+  s.inter = comm.split(r % D, r, comm.name() + "_inter", N == 1);
+  return s;
+}
+
 }  // namespace odyssey

@@ -97,4 +97,11 @@ class ProcessGrid {
   std::array<std::vector<int>, kNumGridGroups> members_;
 };
 
+// comm cut into nodes of D consecutive ranks (rank = node·D + local index): `intra` holds this rank's
+// node, by local index; `inter` the ranks with this rank's local index, one per node. Collective.
+struct NodeSplit {
+  std::unique_ptr<Communicator> intra, inter;
+};
+NodeSplit split_nodes(Communicator& comm, int ranks_per_node);
+
 }  // namespace odyssey

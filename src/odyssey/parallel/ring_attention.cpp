@@ -30,6 +30,23 @@ bool pair_mask(const RingAttention::Segment& q, const RingAttention::Segment& k,
   return true;
 }
 
+// Every chunk of at most `rows` query rows of `mine` against every segment of `theirs` it can see:
+// f(ks, row, n, mask), rows [row, row + n) of this rank, the mask shifted to the chunk's first row.
+template <class F>
+void for_each_block(const std::vector<RingAttention::Segment>& mine,
+                    const std::vector<RingAttention::Segment>& theirs, int rows, F&& f) {
+  for (const RingAttention::Segment& qs : mine)
+    for (const RingAttention::Segment& ks : theirs) {
+      AttentionMask mask;
+      if (!pair_mask(qs, ks, &mask)) continue;
+      for (int p0 = 0; p0 < qs.len; p0 += rows) {
+        AttentionMask m = mask;
+        if (m.kind == MaskKind::causal) m.q_start += p0;
+        f(ks, qs.offset + p0, std::min(rows, qs.len - p0), m);
+      }
+    }
+}
+
 // Rows [row, row + n) of a view.
 HeadsView rows_of(HeadsView x, int64_t row) {
   return {x.data + row * x.row_stride, x.batch_stride, x.row_stride};
@@ -124,6 +141,15 @@ void finish(RequestPtr& r, RingTimes& times) {
 
 }  // namespace
 
+void RingAttention::pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& send) {
+  const int P = ring_.size(), r = ring_.rank();
+  if (s + 1 >= P) return;  // the last step's block goes nowhere
+  // Receive first, then send; the caller computes on block s while both are in flight.
+  recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, (r + P - 1) % P, kTagKv);
+  send = ring_.send_async(kv_[s % 2].data(), size_t(kv_n), DType::f32, (r + 1) % P, kTagKv);
+  if (!options_.overlap) finish(recv, times_), finish(send, times_);
+}
+
 size_t RingAttention::bytes() const {
   size_t n = dkv_in_.bytes() + blk_out_.bytes() + blk_lse_.bytes() + lse_rows_.bytes();
   for (int i = 0; i < 2; ++i) n += kv_[i].bytes() + dkv_[i].bytes();
@@ -146,7 +172,7 @@ size_t RingAttention::bytes_for(int B, int T, int H, int D, int /*n_layer*/) con
 void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
                                   AttentionDims d) {
   check_dims(d);
-  const int P = ring_.size(), r = ring_.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
+  const int P = ring_.size(), r = ring_.rank();
   const int B = d.B, Tl = d.Tq, H = d.H, Hkv = d.Hkv, D = d.D;
   const int rows = std::min(options_.progress_rows, Tl);
   const int64_t kvw = 2 * int64_t(Hkv) * D, kv_n = int64_t(B) * Tl * kvw;
@@ -166,30 +192,17 @@ void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, Hea
     const int src = (r - s + P) % P;  // whose K, V this rank holds at step s
     const float* cur = kv_[s % 2].data();
     RequestPtr recv, send;
-    if (s + 1 < P) {  // receive first, then send; compute while both are in flight
-      recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, prev, kTagKv);
-      send = ring_.send_async(cur, size_t(kv_n), DType::f32, next, kTagKv);
-      if (!options_.overlap) finish(recv, times_), finish(send, times_);
-    }
+    pass_kv(s, kv_n, recv, send);
     Timer compute;
-    for (const Segment& qs : mine)
-      for (const Segment& ks : segments(src, Tl)) {
-        AttentionMask mask;
-        if (!pair_mask(qs, ks, &mask)) continue;
-        const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw},
-            vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
-        for (int p0 = 0; p0 < qs.len; p0 += rows) {
-          const int n = std::min(rows, qs.len - p0), row = qs.offset + p0;
-          AttentionMask m = mask;
-          if (m.kind == MaskKind::causal) m.q_start += p0;
-          attention_forward(heads_view(blk_out_.data(), n, H, D), blk_lse_.data(), rows_of(q, row), kb, vb,
-                            {B, n, ks.len, H, Hkv, D}, m, scale);
-          merge_attention_block(rows_of(out, row), lse + row, Tl,
-                                as_const(heads_view(blk_out_.data(), n, H, D)), blk_lse_.data(), B, n, H, D);
-          if (recv) recv->test();
-          if (send) send->test();
-        }
-      }
+    for_each_block(mine, segments(src, Tl), rows, [&](const Segment& ks, int row, int n, AttentionMask m) {
+      const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw}, vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
+      attention_forward(heads_view(blk_out_.data(), n, H, D), blk_lse_.data(), rows_of(q, row), kb, vb,
+                        {B, n, ks.len, H, Hkv, D}, m, scale);
+      merge_attention_block(rows_of(out, row), lse + row, Tl, as_const(heads_view(blk_out_.data(), n, H, D)),
+                            blk_lse_.data(), B, n, H, D);
+      if (recv) recv->test();
+      if (send) send->test();
+    });
     times_.compute += compute.seconds();
     finish(recv, times_);
     finish(send, times_);
@@ -217,11 +230,7 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
     const int src = (r - s + P) % P;
     const float* cur = kv_[s % 2].data();
     RequestPtr recv, send;
-    if (s + 1 < P) {
-      recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, prev, kTagKv);
-      send = ring_.send_async(cur, size_t(kv_n), DType::f32, next, kTagKv);
-      if (!options_.overlap) finish(recv, times_), finish(send, times_);
-    }
+    pass_kv(s, kv_n, recv, send);
     // This step's contribution to block src's dK|dV, before the travelling accumulator is added.
     float* acc = dkv_[s % 2].data();
     finish(dkv_send[s % 2], times_);  // sent two steps ago: the buffer is free again
@@ -231,27 +240,18 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
         if (*p) (*p)->test();
     };
     Timer compute;
-    for (const Segment& qs : mine)
-      for (const Segment& ks : segments(src, Tl)) {
-        AttentionMask mask;
-        if (!pair_mask(qs, ks, &mask)) continue;
-        const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw},
-            vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
-        const MutHeadsView dkb{acc + ks.offset * kvw, Tl * kvw, kvw},
-            dvb{dkb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
-        for (int p0 = 0; p0 < qs.len; p0 += rows) {
-          const int n = std::min(rows, qs.len - p0), row = qs.offset + p0;
-          AttentionMask m = mask;
-          if (m.kind == MaskKind::causal) m.q_start += p0;
-          // The kernel wants lse [B, H, n]: these rows of the saved [B, H, Tl].
-          for (int bh = 0; bh < B * H; ++bh)
-            std::memcpy(lse_rows_.data() + int64_t(bh) * n, lse + int64_t(bh) * Tl + row,
-                        size_t(n) * sizeof(float));
-          attention_backward(rows_of(dq, row), dkb, dvb, rows_of(dout, row), rows_of(out, row),
-                             lse_rows_.data(), rows_of(q, row), kb, vb, {B, n, ks.len, H, Hkv, D}, m, scale);
-          poll();
-        }
-      }
+    for_each_block(mine, segments(src, Tl), rows, [&](const Segment& ks, int row, int n, AttentionMask m) {
+      const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw}, vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
+      const MutHeadsView dkb{acc + ks.offset * kvw, Tl * kvw, kvw},
+          dvb{dkb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
+      // The kernel wants lse [B, H, n]: these rows of the saved [B, H, Tl].
+      for (int bh = 0; bh < B * H; ++bh)
+        std::memcpy(lse_rows_.data() + int64_t(bh) * n, lse + int64_t(bh) * Tl + row,
+                    size_t(n) * sizeof(float));
+      attention_backward(rows_of(dq, row), dkb, dvb, rows_of(dout, row), rows_of(out, row), lse_rows_.data(),
+                         rows_of(q, row), kb, vb, {B, n, ks.len, H, Hkv, D}, m, scale);
+      poll();
+    });
     times_.compute += compute.seconds();
     finish(recv, times_);
     finish(send, times_);

@@ -84,6 +84,8 @@ class RingAttention : public AttentionOp {
 
  private:
   void check_dims(const AttentionDims& d) const;
+  // Step s of the ring: start receiving the next K|V block into kv_[(s+1)%2] and sending kv_[s%2] on.
+  void pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& send);
 
   Communicator& ring_;
   RingOptions options_;

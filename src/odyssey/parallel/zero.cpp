@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "odyssey/comm/grid.h"
 #include "odyssey/core/error.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/parallel/sdp4bit.h"
@@ -46,9 +47,9 @@ ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options
   if (comm.two_level_grads() || comm.hpz) {
     // Nodes are consecutive blocks of D dp ranks (rank = node·D + local index).
     const int D = comm.ranks_per_node > 0 ? std::min(comm.ranks_per_node, dp.size()) : dp.size();
-    const int N = dp.size() / D;
-    intra_ = dp.split(dp.rank() / D, dp.rank(), dp.name() + "_intra", true);
-    inter_ = dp.split(dp.rank() % D, dp.rank(), dp.name() + "_inter", N == 1);
+    NodeSplit nodes = split_nodes(dp, D);
+    intra_ = std::move(nodes.intra);
+    inter_ = std::move(nodes.inter);
   }
   if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != "none")
     master_.resize(size_t(part_->local_total()));
