@@ -286,7 +286,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     log_info(
         "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
         "over {} ranks",
-        pc.zero_stage, engine.partition().segments().size(), engine.partition().padded_total(), ranks);
+        pc.zero_stage, engine.partition().segments().size(), engine.partition().padded_total(),
+        engine.partition().ranks());
   }
 
   std::unique_ptr<MetricsWriter> metrics;
