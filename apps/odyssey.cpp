@@ -139,6 +139,7 @@ int cmd_prepare(PrepareOptions options) {
                         {"train_tokens", s.train_tokens},
                         {"val_tokens", s.val_tokens},
                         {"bytes_per_token", tokens ? double(s.bytes) / double(tokens) : 0.0},
+                        {"token_bytes", token_bytes(s.width)},
                         {"train_files", s.train_files},
                         {"val_files", s.val_files},
                         {"seconds", timer.seconds()}};

@@ -91,6 +91,61 @@ TEST_P(Collectives, ReduceScatterSumsOwnBlock) {
   check();
 }
 
+// Max and min over every type, sync and async: value k of rank q is a pattern whose extreme rank
+// changes with k (so no single rank wins everywhere); the explicit sum agrees with the default. u8
+// values stay below 64 so that 4 ranks' sum cannot overflow (Open MPI's vectorised u8 sum saturates
+// where its scalar path wraps).
+TEST_P(Collectives, AllReduceMaxMinEveryType) {
+  const size_t n = 1001;
+  auto fval = [](int q, size_t k) { return static_cast<float>(((q * 7 + k * 3) % 11) - 5.5f * (k % 2)); };
+  auto ival = [](int q, size_t k) { return static_cast<int32_t>((q * 13 + k) % 17) - 8; };
+  auto uval = [](int q, size_t k) { return static_cast<uint8_t>((q * 101 + k * 7) % 60); };
+  for (ReduceOp op : {ReduceOp::max, ReduceOp::min, ReduceOp::sum}) {
+    SCOPED_TRACE(reduce_op_name(op));
+    std::vector<float> f(n);
+    std::vector<int32_t> i(n);
+    std::vector<uint8_t> u(n);
+    for (size_t k = 0; k < n; ++k) f[k] = fval(r, k), i[k] = ival(r, k), u[k] = uval(r, k);
+    w.all_reduce(f.data(), n, DType::f32, op);
+    w.all_reduce_async(i.data(), n, DType::i32, op)->wait();
+    RequestPtr req = w.all_reduce_async(u.data(), n, DType::u8, op);
+    while (!req->test()) {
+    }
+    for (size_t k = 0; k < n; ++k) {
+      float fe = fval(0, k);
+      int32_t ie = ival(0, k);
+      int ue = uval(0, k);
+      for (int q = 1; q < P; ++q) {
+        if (op == ReduceOp::max)
+          fe = std::max(fe, fval(q, k)), ie = std::max(ie, ival(q, k)), ue = std::max<int>(ue, uval(q, k));
+        if (op == ReduceOp::min)
+          fe = std::min(fe, fval(q, k)), ie = std::min(ie, ival(q, k)), ue = std::min<int>(ue, uval(q, k));
+        if (op == ReduceOp::sum) fe += fval(q, k), ie += ival(q, k), ue += uval(q, k);
+      }
+      ASSERT_EQ(f[k], fe) << k;
+      ASSERT_EQ(i[k], ie) << k;
+      ASSERT_EQ(u[k], ue) << k;
+    }
+  }
+}
+
+TEST_P(Collectives, ReduceScatterMaxOwnBlock) {
+  const size_t n = 37;
+  std::vector<float> send(P * n), recv(n, -1.0f);
+  // Block j, element k of rank q: (q - j - k) mod P, so over the ranks it takes every value 0..P-1,
+  // with the maximum on a different rank for each k.
+  auto val = [&](int q, int j, size_t k) {
+    return static_cast<float>(((q - j - static_cast<int>(k)) % P + P) % P);
+  };
+  for (int j = 0; j < P; ++j)
+    for (size_t k = 0; k < n; ++k) send[j * n + k] = val(r, j, k) + 10.0f * j;
+  w.reduce_scatter(send.data(), recv.data(), n, DType::f32, ReduceOp::max);
+  for (size_t k = 0; k < n; ++k) ASSERT_EQ(recv[k], (P - 1) + 10.0f * r) << k;
+  std::fill(recv.begin(), recv.end(), -1.0f);
+  w.reduce_scatter_async(send.data(), recv.data(), n, DType::f32, ReduceOp::min)->wait();
+  for (size_t k = 0; k < n; ++k) ASSERT_EQ(recv[k], 10.0f * r) << k;
+}
+
 TEST_P(Collectives, AllGatherInRankOrderAndInPlace) {
   const size_t n = 13;
   std::vector<int32_t> mine(n), all(P * n, -1);
@@ -241,6 +296,17 @@ TEST(Communicator, StatsCountBusBytesPerKind) {
   auto g = w.split(0, r, "inter", /*intra_node=*/false);  // all ranks, counted as inter-node
   w.stats().reset();
   std::vector<float> buf(4 * 1001 + 64);
+  g->all_reduce(buf.data(), 1001, DType::f32);
+  EXPECT_EQ(w.stats().bytes(CommKind::all_reduce), 4004 * 2 * (P - 1) / P);
+  g->reduce_scatter(buf.data(), buf.data() + 4 * 37, 37, DType::f32);
+  EXPECT_EQ(w.stats().bytes(CommKind::reduce_scatter), (P - 1) * 37 * 4);
+  // The operator changes no byte: max and min count as sum does.
+  g->all_reduce(buf.data(), 1001, DType::f32, ReduceOp::max);
+  g->all_reduce_async(buf.data(), 1001, DType::f32, ReduceOp::min)->wait();
+  EXPECT_EQ(w.stats().bytes(CommKind::all_reduce), 3 * (4004 * 2 * (P - 1) / P));
+  g->reduce_scatter(buf.data(), buf.data() + 4 * 37, 37, DType::f32, ReduceOp::max);
+  EXPECT_EQ(w.stats().bytes(CommKind::reduce_scatter), 2 * (P - 1) * 37 * 4);
+  w.stats().reset();
   g->all_reduce(buf.data(), 1001, DType::f32);
   EXPECT_EQ(w.stats().bytes(CommKind::all_reduce), 4004 * 2 * (P - 1) / P);
   g->reduce_scatter(buf.data(), buf.data() + 4 * 37, 37, DType::f32);

@@ -37,6 +37,25 @@ TEST(SingleCommunicator, CollectivesAreIdentities) {
   EXPECT_EQ(c.stats().to_json()["by_kind"]["all_gather"]["calls"], 2u);
 }
 
+// One rank: max, min and sum all leave the values as they are, and count no bytes.
+TEST(SingleCommunicator, EveryReduceOpIsTheIdentity) {
+  SingleCommunicator c;
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min}) {
+    std::vector<float> a{-1, 2.5f, 3}, b(3, 0.0f);
+    c.all_reduce(a.data(), 3, DType::f32, op);
+    c.all_reduce_async(a.data(), 3, DType::f32, op)->wait();
+    EXPECT_EQ(a, (std::vector<float>{-1, 2.5f, 3})) << reduce_op_name(op);
+    c.reduce_scatter(a.data(), b.data(), 3, DType::f32, op);
+    EXPECT_EQ(b, a) << reduce_op_name(op);
+    std::fill(b.begin(), b.end(), 0.0f);
+    c.reduce_scatter_async(a.data(), b.data(), 3, DType::f32, op)->wait();
+    EXPECT_EQ(b, a) << reduce_op_name(op);
+  }
+  EXPECT_EQ(c.stats().total_bytes(), 0u);
+  EXPECT_EQ(c.stats().to_json()["by_kind"]["all_reduce"]["calls"], 6u);
+  EXPECT_STREQ(reduce_op_name(ReduceOp::max), "max");
+}
+
 TEST(SingleCommunicator, SendToSelfInOrderByTag) {
   SingleCommunicator c;
   const int32_t x = 5, y = 6, z = 7;

@@ -173,5 +173,65 @@ TEST(TokenDataset, Errors) {
   expect_error([&] { TokenDataset d(dir.file("s_*.bin"), 2, 4, false, 0); },
                {dir.file("s_001.bin"), "token id 4", "byte offset 1026"});
   expect_error([&] { TokenDataset d(dir.file("s_*.bin"), 0, 256, false, 0); }, {"sequence length"});
-  expect_error([&] { TokenDataset d(dir.file("s_*.bin"), 2, 70000, false, 0); }, {"70000"});
+  expect_error([&] { TokenDataset d(dir.file("s_*.bin"), 2, 0, false, 0); }, {"vocabulary size", "0"});
+  // A vocabulary above uint16 is no error: a uint16 shard simply holds ids below 65536.
+  TokenDataset wide(dir.file("s_*.bin"), 2, 128256, false, 0);
+  EXPECT_EQ(wide.rows_per_epoch(), 2u);
+}
+
+// The same tokens as uint16 and as uint32 shards, and mixed, give the same rows, in order and
+// shuffled, across shard boundaries.
+TEST(TokenDataset, Uint32ShardsGiveTheSameRows) {
+  TempDir dir;
+  const std::vector<size_t> sizes = {400, 0, 351, 250};
+  uint32_t next = 0;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    std::vector<uint32_t> tokens(sizes[s]);
+    for (auto& t : tokens) t = (next++ * 7919u) % 50000u;
+    const std::string name = fmt::format("{:03d}.bin", s);
+    write_token_shard(dir.file("u16_" + name), tokens, odyssey::TokenWidth::u16);
+    write_token_shard(dir.file("u32_" + name), tokens, odyssey::TokenWidth::u32);
+    // Mixed: even shards uint16, odd shards uint32.
+    write_token_shard(dir.file("mix_" + name), tokens,
+                      s % 2 ? odyssey::TokenWidth::u32 : odyssey::TokenWidth::u16);
+  }
+  for (bool shuffle : {false, true}) {
+    const int T = 7;
+    TokenDataset narrow(dir.file("u16_*.bin"), T, 50000, shuffle, 5);
+    TokenDataset wide(dir.file("u32_*.bin"), T, 50000, shuffle, 5);
+    TokenDataset mixed(dir.file("mix_*.bin"), T, 50000, shuffle, 5);
+    ASSERT_EQ(wide.total_tokens(), narrow.total_tokens());
+    ASSERT_EQ(wide.rows_per_epoch(), narrow.rows_per_epoch());
+    ASSERT_EQ(mixed.rows_per_epoch(), narrow.rows_per_epoch());
+    for (uint64_t r = 0; r < 2 * narrow.rows_per_epoch(); ++r) {
+      std::vector<int> in16(T), tg16(T), in32(T, -1), tg32(T, -1), inmix(T, -1), tgmix(T, -1);
+      narrow.get_row(r, in16.data(), tg16.data());
+      wide.get_row(r, in32.data(), tg32.data());
+      mixed.get_row(r, inmix.data(), tgmix.data());
+      ASSERT_EQ(in32, in16) << "row " << r << " shuffle " << shuffle;
+      ASSERT_EQ(tg32, tg16) << "row " << r << " shuffle " << shuffle;
+      ASSERT_EQ(inmix, in16) << "row " << r << " shuffle " << shuffle;
+      ASSERT_EQ(tgmix, tg16) << "row " << r << " shuffle " << shuffle;
+    }
+  }
+}
+
+// A 128K vocabulary over uint32 shards: ids above 65535 reach the rows; an id >= vocab is refused
+// naming the file and the byte offset (4 bytes a token).
+TEST(TokenDataset, LargeVocabulary) {
+  TempDir dir;
+  std::vector<uint32_t> tokens(41);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint32_t(128255 - i * 1000);
+  write_token_shard(dir.file("big.bin"), tokens, odyssey::TokenWidth::u32);
+  TokenDataset data(dir.file("big.bin"), 8, 128256, false, 0);
+  std::vector<int> in(8), tg(8);
+  data.get_row(0, in.data(), tg.data());
+  EXPECT_EQ(in[0], 128255);
+  EXPECT_EQ(tg[7], 128255 - 8000);
+  expect_error([&] { TokenDataset d(dir.file("big.bin"), 8, 128000, false, 0); },
+               {dir.file("big.bin"), "token id 128255", "byte offset 1024"});
+  tokens[10] = 200000;
+  write_token_shard(dir.file("big.bin"), tokens, odyssey::TokenWidth::u32);
+  expect_error([&] { TokenDataset d(dir.file("big.bin"), 8, 128256, false, 0); },
+               {dir.file("big.bin"), "token id 200000", "byte offset 1064"});
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -241,4 +242,101 @@ TEST(Prepare, ProgressGoesToStderr) {
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("5/5 documents"), std::string::npos) << err;
   EXPECT_NE(err.find("MB/s"), std::string::npos) << err;
+}
+
+namespace {
+
+// A stand-in for a large-vocabulary tokenizer: byte b is id offset + b, and the last id is the
+// end-of-text token. `stray` (when >= 0) is emitted for '!' to test out-of-vocabulary ids.
+class OffsetTokenizer : public odyssey::Tokenizer {
+ public:
+  OffsetTokenizer(int vocab, int offset, int stray = -1) : vocab_(vocab), offset_(offset), stray_(stray) {}
+  std::vector<int> encode(std::string_view text) const override {
+    std::vector<int> ids;
+    for (unsigned char c : text) ids.push_back(c == '!' && stray_ >= 0 ? stray_ : offset_ + c);
+    return ids;
+  }
+  std::string decode(const std::vector<int>& ids) const override {
+    std::string text;
+    for (int id : ids) text.push_back(char(id - offset_));
+    return text;
+  }
+  int vocab_size() const override { return vocab_; }
+  int eot_id() const override { return vocab_ - 1; }
+  std::string name() const override { return "offset"; }
+
+ private:
+  int vocab_, offset_, stray_;
+};
+
+int32_t header_int(const std::string& path, int index) {
+  const auto bytes = odyssey::read_binary_file(path);
+  int32_t v = 0;
+  std::memcpy(&v, bytes.data() + 4 * index, 4);
+  return v;
+}
+
+}  // namespace
+
+// Above 65,536 ids prepare writes llm.c's uint32 shards; at 65,536 and below, uint16 shards.
+TEST(Prepare, PicksTheTokenWidthFromTheVocabulary) {
+  TempDir dir;
+  std::vector<std::string> texts;
+  auto paths = make_docs(dir, &texts);
+  PrepareOptions opt;
+  opt.inputs = paths;
+  opt.val_fraction = 0.2;
+  opt.progress = false;
+
+  opt.output_dir = dir.file("wide");
+  const OffsetTokenizer wide(128256, 100000);
+  auto s = prepare_shards(opt, wide);
+  EXPECT_EQ(s.width, odyssey::TokenWidth::u32);
+  for (const auto& f : {s.train_files[0], s.val_files[0]}) {
+    EXPECT_EQ(header_int(f, 0), 20240801) << f;
+    EXPECT_EQ(header_int(f, 1), 7) << f;
+    EXPECT_EQ(odyssey::TokenShard(f).width(), odyssey::TokenWidth::u32);
+  }
+  // Every document starts with the end-of-text id 128255; the rest are the bytes shifted by 100000.
+  std::vector<int> ids;
+  for (const auto& f : s.train_files) {
+    odyssey::TokenShard shard(f);
+    for (size_t i = 0; i < shard.size(); ++i) ids.push_back(int(shard[i]));
+  }
+  std::vector<int> expected;
+  for (int d = 0; d < 4; ++d) {
+    expected.push_back(128255);
+    for (unsigned char c : texts[size_t(d)]) expected.push_back(100000 + c);
+  }
+  EXPECT_EQ(ids, expected);
+  odyssey::TokenDataset data(opt.output_dir + "/train_*.bin", 8, 128256, false, 0);
+  std::vector<int> in(8), tg(8);
+  data.get_row(0, in.data(), tg.data());
+  EXPECT_EQ(in, std::vector<int>(expected.begin(), expected.begin() + 8));
+
+  // 65,536 ids still fit uint16: the highest id 65535 is the end-of-text token.
+  opt.output_dir = dir.file("narrow");
+  s = prepare_shards(opt, OffsetTokenizer(65536, 1000));
+  EXPECT_EQ(s.width, odyssey::TokenWidth::u16);
+  EXPECT_EQ(header_int(s.train_files[0], 0), 20240520);
+  EXPECT_EQ(header_int(s.train_files[0], 1), 1);
+  EXPECT_EQ(odyssey::TokenShard(s.train_files[0])[0], 65535u);
+
+  // The byte tokenizer by name: uint16, as before.
+  opt.output_dir = dir.file("bytes");
+  s = prepare_shards(opt);
+  EXPECT_EQ(s.width, odyssey::TokenWidth::u16);
+  EXPECT_EQ(header_int(s.train_files[0], 0), 20240520);
+}
+
+TEST(Prepare, IdOutsideTheVocabularyIsRefused) {
+  TempDir dir;
+  const std::string doc = dir.file("doc.txt");
+  odyssey::write_text_atomic(doc, "hello!");
+  PrepareOptions opt;
+  opt.inputs = {doc};
+  opt.output_dir = dir.file("out");
+  opt.progress = false;
+  expect_error([&] { prepare_shards(opt, OffsetTokenizer(70000, 0, 70000)); }, {doc, "70000", "offset"});
+  EXPECT_TRUE(shard_files(opt.output_dir).empty());  // nothing half-written
 }

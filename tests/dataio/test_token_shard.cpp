@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 namespace fs = std::filesystem;
 using odyssey::Error;
 using odyssey::TokenShard;
+using odyssey::TokenWidth;
 using odyssey::write_token_shard;
 
 namespace {
@@ -47,7 +49,8 @@ TEST(TokenShard, RoundTrip) {
   EXPECT_EQ(shard.path(), path);
   ASSERT_EQ(shard.size(), tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(shard[i], tokens[i]);
-  EXPECT_EQ(std::memcmp(shard.tokens(), tokens.data(), tokens.size() * 2), 0);
+  EXPECT_EQ(shard.width(), odyssey::TokenWidth::u16);
+  EXPECT_EQ(std::memcmp(shard.tokens16(), tokens.data(), tokens.size() * 2), 0);
 
   // llm.c layout: 256 int32 header (magic, version, count, zeros), then the uint16 tokens.
   auto bytes = odyssey::read_binary_file(path);
@@ -102,7 +105,8 @@ TEST(TokenShard, WrongMagic) {
   int32_t bad = 12345;
   std::memcpy(bytes.data(), &bad, 4);
   write_bytes(path, bytes);
-  expect_error([&] { TokenShard s(path); }, {path, "magic", "12345", "byte offset 0"});
+  expect_error([&] { TokenShard s(path); },
+               {path, "magic", "12345", "byte offset 0", "20240520", "20240801"});
 }
 
 TEST(TokenShard, WrongVersion) {
@@ -110,10 +114,16 @@ TEST(TokenShard, WrongVersion) {
   const std::string path = dir.file("version.bin");
   write_token_shard(path, iota_tokens(4));
   auto bytes = odyssey::read_binary_file(path);
-  int32_t v2 = 2;  // llm.c's uint32 (llama 3) shards
+  int32_t v2 = 2;
   std::memcpy(bytes.data() + 4, &v2, 4);
   write_bytes(path, bytes);
   expect_error([&] { TokenShard s(path); }, {path, "version 2", "byte offset 4"});
+  // Each magic goes with its own version: the uint32 magic with the uint16 version 1 is refused.
+  int32_t magic32 = 20240801, v1 = 1;
+  std::memcpy(bytes.data(), &magic32, 4);
+  std::memcpy(bytes.data() + 4, &v1, 4);
+  write_bytes(path, bytes);
+  expect_error([&] { TokenShard s(path); }, {path, "version 1", "byte offset 4", "expects version 7"});
 }
 
 TEST(TokenShard, TruncatedBody) {
@@ -160,4 +170,103 @@ TEST(TokenShard, CheckVocabNamesFileAndOffset) {
   shard.check_vocab(65536);
   expect_error([&] { shard.check_vocab(256); }, {path, "token id 300", "byte offset 7024", "256"});
   expect_error([&] { shard.check_vocab(500); }, {path, "token id 999", "byte offset 9024"});
+}
+
+// llm.c's uint32 shards (dev/data/data_common.py, "llama-3"): magic 20240801, version 7, uint32 body.
+TEST(TokenShard, RoundTripUint32) {
+  TempDir dir;
+  const std::string path = dir.file("u32.bin");
+  const std::vector<uint32_t> tokens = {0, 1, 65535, 65536, 128255, 0xFFFFFFFFu, 7};
+  write_token_shard(path, tokens, TokenWidth::u32);
+  TokenShard shard(path);
+  EXPECT_EQ(shard.width(), TokenWidth::u32);
+  ASSERT_EQ(shard.size(), tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(shard[i], tokens[i]);
+  EXPECT_EQ(std::memcmp(shard.tokens32(), tokens.data(), tokens.size() * 4), 0);
+  expect_error([&] { shard.tokens16(); }, {path, "uint32"});
+
+  auto bytes = odyssey::read_binary_file(path);
+  ASSERT_EQ(bytes.size(), 1024 + tokens.size() * 4);
+  int32_t header[256];
+  std::memcpy(header, bytes.data(), sizeof(header));
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], int32_t(tokens.size()));
+  for (int i = 3; i < 256; ++i) EXPECT_EQ(header[i], 0);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 1);
+}
+
+// The width-taking writer at uint16 gives exactly the bytes of the uint16 writer (existing data stays
+// byte-identical), and refuses an id that does not fit, naming file and index, writing nothing.
+TEST(TokenShard, WidthWriterUint16) {
+  TempDir dir;
+  const std::vector<uint32_t> wide = {3, 65535, 0, 42};
+  write_token_shard(dir.file("a.bin"), wide, TokenWidth::u16);
+  write_token_shard(dir.file("b.bin"), std::vector<uint16_t>{3, 65535, 0, 42});
+  EXPECT_EQ(odyssey::read_binary_file(dir.file("a.bin")), odyssey::read_binary_file(dir.file("b.bin")));
+  EXPECT_EQ(TokenShard(dir.file("a.bin")).width(), TokenWidth::u16);
+  expect_error([&] { TokenShard(dir.file("a.bin")).tokens32(); }, {"uint16"});
+
+  const std::vector<uint32_t> too_wide = {1, 2, 65536, 70000};
+  expect_error([&] { write_token_shard(dir.file("c.bin"), too_wide, TokenWidth::u16); },
+               {dir.file("c.bin"), "token 2", "65536", "uint16"});
+  EXPECT_FALSE(fs::exists(dir.file("c.bin")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator()), 2);
+}
+
+TEST(TokenShard, WidthForVocabulary) {
+  EXPECT_EQ(odyssey::token_width_for_vocab(256), TokenWidth::u16);
+  EXPECT_EQ(odyssey::token_width_for_vocab(50257), TokenWidth::u16);
+  EXPECT_EQ(odyssey::token_width_for_vocab(65536), TokenWidth::u16);  // ids 0..65535 fit
+  EXPECT_EQ(odyssey::token_width_for_vocab(65537), TokenWidth::u32);
+  EXPECT_EQ(odyssey::token_width_for_vocab(128256), TokenWidth::u32);
+}
+
+TEST(TokenShard, Uint32CorruptSizes) {
+  TempDir dir;
+  const std::string path = dir.file("u32.bin");
+  std::vector<uint32_t> tokens(10);
+  std::iota(tokens.begin(), tokens.end(), 100000u);
+  write_token_shard(path, tokens, TokenWidth::u32);
+  const auto good = odyssey::read_binary_file(path);
+
+  auto bytes = good;
+  bytes.resize(1024 + 30);  // 7.5 tokens of 10
+  write_bytes(path, bytes);
+  expect_error([&] { TokenShard s(path); }, {path, "truncated body", "byte offset 1054", "byte offset 1064"});
+
+  bytes = good;
+  bytes.insert(bytes.end(), {1, 2});
+  write_bytes(path, bytes);
+  expect_error([&] { TokenShard s(path); }, {path, "2 unexpected bytes", "byte offset 1064"});
+
+  // A uint16 count over a uint32 body: the header claims twice the tokens the file holds bytes for.
+  bytes = good;
+  int32_t n = 20;
+  std::memcpy(bytes.data() + 8, &n, 4);
+  write_bytes(path, bytes);
+  expect_error([&] { TokenShard s(path); }, {path, "truncated body", "20 tokens", "byte offset 1104"});
+
+  write_bytes(path, std::vector<uint8_t>(good.begin(), good.begin() + 1000));
+  expect_error([&] { TokenShard s(path); }, {path, "truncated header", "byte offset 1000"});
+}
+
+TEST(TokenShard, Uint32CheckVocab) {
+  TempDir dir;
+  const std::string path = dir.file("vocab32.bin");
+  std::vector<uint32_t> tokens(5000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint32_t(i * 37 % 128256);
+  tokens[3000] = 128256;  // the first bad token at vocab 128256: byte offset 1024 + 4*3000
+  tokens[4000] = 0xFFFFFFFFu;
+  write_token_shard(path, tokens, TokenWidth::u32);
+  TokenShard shard(path);
+  expect_error([&] { shard.check_vocab(128256); },
+               {path, "token id 128256", "byte offset 13024", "token 3000"});
+  tokens[3000] = 5;
+  write_token_shard(path, tokens, TokenWidth::u32);
+  TokenShard again(path);
+  expect_error([&] { again.check_vocab(128256); }, {path, "token id 4294967295", "byte offset 17024"});
+  tokens[4000] = 6;
+  write_token_shard(path, tokens, TokenWidth::u32);
+  TokenShard(path).check_vocab(128256);
 }

@@ -16,4 +16,16 @@ size_t dtype_size(DType t) {
   fail("unknown dtype {}", static_cast<int>(t));
 }
 
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::max:
+      return "max";
+    case ReduceOp::min:
+      return "min";
+  }
+  fail("unknown reduction operator {}", static_cast<int>(op));
+}
+
 }  // namespace odyssey

@@ -21,6 +21,11 @@ namespace odyssey {
 enum class DType { f32, i32, u8 };
 size_t dtype_size(DType t);
 
+// How all_reduce and reduce_scatter combine the ranks' values, elementwise (MPI_SUM, MPI_MAX,
+// MPI_MIN). Sum is the default; the bytes accounted do not depend on the operator.
+enum class ReduceOp { sum, max, min };
+const char* reduce_op_name(ReduceOp op);
+
 // A non-blocking operation in flight. wait() completes it (and records its time); test() makes
 // progress and returns true once complete. Destroying an incomplete request waits for it.
 class Request {
@@ -41,13 +46,24 @@ class Communicator {
   virtual const std::string& name() const = 0;
   virtual bool intra_node() const = 0;
 
-  // In place, sum. count elements of dtype at data.
-  virtual void all_reduce(void* data, size_t count, DType dtype) = 0;
-  virtual RequestPtr all_reduce_async(void* data, size_t count, DType dtype) = 0;
+  // In place, reduced with op over all ranks. count elements of dtype at data.
+  virtual void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual RequestPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  void all_reduce(void* data, size_t count, DType dtype) { all_reduce(data, count, dtype, ReduceOp::sum); }
+  RequestPtr all_reduce_async(void* data, size_t count, DType dtype) {
+    return all_reduce_async(data, count, dtype, ReduceOp::sum);
+  }
 
-  // send holds size() * count elements; recv (count) gets the sum of block rank() over all ranks.
-  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) = 0;
-  virtual RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // send holds size() * count elements; recv (count) gets block rank() reduced with op over all ranks.
+  virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+  virtual RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                          ReduceOp op) = 0;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
+    reduce_scatter(send, recv, count, dtype, ReduceOp::sum);
+  }
+  RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) {
+    return reduce_scatter_async(send, recv, count, dtype, ReduceOp::sum);
+  }
 
   // send holds count elements; recv (size() * count) gets every rank's block in rank order.
   // send may equal recv + rank() * count (in place).
@@ -64,6 +80,7 @@ class Communicator {
                             const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                             DType dtype) = 0;
 
+  // Point-to-point. Tags come from comm/p2p_tags.h, so that two features never share one.
   virtual void send(const void* data, size_t count, DType dtype, int dest, int tag) = 0;
   virtual void recv(void* data, size_t count, DType dtype, int source, int tag) = 0;
   virtual RequestPtr send_async(const void* data, size_t count, DType dtype, int dest, int tag) = 0;

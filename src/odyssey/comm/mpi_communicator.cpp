@@ -28,6 +28,18 @@ MPI_Datatype mpi_type(DType t) {
   fail("unknown dtype {}", static_cast<int>(t));
 }
 
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return MPI_SUM;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::min:
+      return MPI_MIN;
+  }
+  fail("unknown reduction operator {}", static_cast<int>(op));
+}
+
 void check_mpi(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -116,22 +128,24 @@ MpiCommunicator::~MpiCommunicator() {
   if (owned_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
-RequestPtr MpiCommunicator::all_reduce_async(void* data, size_t count, DType dtype) {
+RequestPtr MpiCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
   const size_t es = dtype_size(dtype);
   stats_->record(CommKind::all_reduce, intra_node_, bus_bytes(CommKind::all_reduce, count * es, size_), 0.0);
   auto req = std::make_unique<MpiRequest>(stats_, CommKind::all_reduce, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, mpi_type(dtype), MPI_SUM, comm_, req->add()),
-              "MPI_Iallreduce");
+    check_mpi(
+        MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, mpi_type(dtype), mpi_op(op), comm_, req->add()),
+        "MPI_Iallreduce");
   });
   return req;
 }
 
-void MpiCommunicator::all_reduce(void* data, size_t count, DType dtype) {
-  all_reduce_async(data, count, dtype)->wait();
+void MpiCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  all_reduce_async(data, count, dtype, op)->wait();
 }
 
-RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) {
+RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                 ReduceOp op) {
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
   stats_->record(CommKind::reduce_scatter, intra_node_,
@@ -139,7 +153,7 @@ RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   auto req = std::make_unique<MpiRequest>(stats_, CommKind::reduce_scatter, intra_node_);
   if (count <= max_chunk()) {
     check_mpi(
-        MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, MPI_SUM, comm_, req->add()),
+        MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op(op), comm_, req->add()),
         "MPI_Ireduce_scatter_block");
     return req;
   }
@@ -147,15 +161,15 @@ RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   for_chunks(count, [&](size_t off, int n) {
     for (int j = 0; j < size_; ++j) {
       void* dst = j == rank_ ? at(recv, off, es) : nullptr;
-      check_mpi(MPI_Ireduce(at(send, j * count + off, es), dst, n, type, MPI_SUM, j, comm_, req->add()),
+      check_mpi(MPI_Ireduce(at(send, j * count + off, es), dst, n, type, mpi_op(op), j, comm_, req->add()),
                 "MPI_Ireduce");
     }
   });
   return req;
 }
 
-void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
-  reduce_scatter_async(send, recv, count, dtype)->wait();
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  reduce_scatter_async(send, recv, count, dtype, op)->wait();
 }
 
 RequestPtr MpiCommunicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {

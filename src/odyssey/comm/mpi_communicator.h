@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/comm/p2p_tags.h"
 
 namespace odyssey {
 
@@ -36,10 +37,15 @@ class MpiCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   bool intra_node() const override { return intra_node_; }
 
-  void all_reduce(void* data, size_t count, DType dtype) override;
-  RequestPtr all_reduce_async(void* data, size_t count, DType dtype) override;
-  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) override;
-  RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) override;
+  using Communicator::all_reduce;  // the sum overloads
+  using Communicator::all_reduce_async;
+  using Communicator::reduce_scatter;
+  using Communicator::reduce_scatter_async;
+  void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) override;
+  RequestPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                  ReduceOp op) override;
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   RequestPtr all_gather_async(const void* send, void* recv, size_t count, DType dtype) override;
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;
@@ -48,7 +54,7 @@ class MpiCommunicator : public Communicator {
                     const std::vector<size_t>& send_displs, void* recv,
                     const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                     DType dtype) override;
-  // Tags are 0..kMaxUserTag; the tag above is reserved for chunked all-to-all pieces.
+  // Tags are 0..kMaxUserTag (comm/p2p_tags.h); the tag above is reserved for chunked all-to-all pieces.
   void send(const void* data, size_t count, DType dtype, int dest, int tag) override;
   void recv(void* data, size_t count, DType dtype, int source, int tag) override;
   RequestPtr send_async(const void* data, size_t count, DType dtype, int dest, int tag) override;
@@ -58,7 +64,7 @@ class MpiCommunicator : public Communicator {
   // A negative color (MPI_UNDEFINED) joins no group and returns nullptr.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name, bool intra_node) override;
 
-  static constexpr int kMaxUserTag = 32766;  // MPI guarantees tags up to 32767
+  static constexpr int kMaxUserTag = kMaxP2pTag;
 
   // Largest element count passed to one MPI call (default INT_MAX). Tests lower it to exercise the
   // chunked paths on small buffers; every rank must use the same value.

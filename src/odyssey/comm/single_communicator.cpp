@@ -95,22 +95,24 @@ void check_peer(int peer, const char* what) {
 SingleCommunicator::SingleCommunicator(std::string name, bool intra_node)
     : name_(std::move(name)), intra_node_(intra_node), mailbox_(std::make_shared<Mailbox>()) {}
 
-void SingleCommunicator::all_reduce(void*, size_t, DType) {
+// One rank: every operator's reduction of a single value is that value.
+void SingleCommunicator::all_reduce(void*, size_t, DType, ReduceOp) {
   stats_->record(CommKind::all_reduce, intra_node_, 0, 0.0);
 }
 
-RequestPtr SingleCommunicator::all_reduce_async(void* data, size_t count, DType dtype) {
-  all_reduce(data, count, dtype);
+RequestPtr SingleCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
+  all_reduce(data, count, dtype, op);
   return std::make_unique<DoneRequest>();
 }
 
-void SingleCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype) {
+void SingleCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp) {
   copy_bytes(recv, send, count * dtype_size(dtype));
   stats_->record(CommKind::reduce_scatter, intra_node_, 0, 0.0);
 }
 
-RequestPtr SingleCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) {
-  reduce_scatter(send, recv, count, dtype);
+RequestPtr SingleCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                    ReduceOp op) {
+  reduce_scatter(send, recv, count, dtype, op);
   return std::make_unique<DoneRequest>();
 }
 

@@ -21,10 +21,15 @@ class SingleCommunicator : public Communicator {
   const std::string& name() const override { return name_; }
   bool intra_node() const override { return intra_node_; }
 
-  void all_reduce(void* data, size_t count, DType dtype) override;
-  RequestPtr all_reduce_async(void* data, size_t count, DType dtype) override;
-  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype) override;
-  RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype) override;
+  using Communicator::all_reduce;  // the sum overloads
+  using Communicator::all_reduce_async;
+  using Communicator::reduce_scatter;
+  using Communicator::reduce_scatter_async;
+  void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) override;
+  RequestPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override;
+  void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+  RequestPtr reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                  ReduceOp op) override;
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   RequestPtr all_gather_async(const void* send, void* recv, size_t count, DType dtype) override;
   void all_to_all(const void* send, void* recv, size_t count, DType dtype) override;

@@ -72,6 +72,19 @@ class FeistelPermutation {
   uint64_t half_mask_;
 };
 
+// Tokens src[0, n) are window positions k0.. of a row: position k is input k (k < T) and target k-1.
+// Shards of either width may be mixed in one data set; the ids (checked below the vocabulary, which
+// is an int) are the same whatever the width.
+template <typename Token>
+void copy_span(const Token* src, uint64_t n, uint64_t T, uint64_t k0, int* inputs, int* targets) {
+  for (uint64_t j = 0; j < n; ++j) {
+    const uint64_t k = k0 + j;
+    const int token = int(src[j]);
+    if (k < T) inputs[k] = token;
+    if (k > 0) targets[k - 1] = token;
+  }
+}
+
 }  // namespace
 
 struct TokenDataset::Impl {
@@ -85,8 +98,9 @@ struct TokenDataset::Impl {
 TokenDataset::TokenDataset(const std::string& pattern, int T, int vocab_size, bool shuffle, uint64_t seed)
     : impl_(std::make_shared<Impl>()), T_(T) {
   ODY_CHECK(T >= 1, "data '{}': sequence length must be at least 1, got {}", pattern, T);
-  ODY_CHECK(vocab_size >= 1 && vocab_size <= 65536,
-            "data '{}': vocabulary size {} does not fit uint16 token shards (1..65536)", pattern, vocab_size);
+  // No upper bound here: each shard checks its ids against the vocabulary, and a uint16 shard simply
+  // cannot hold ids >= 65536.
+  ODY_CHECK(vocab_size >= 1, "data '{}': vocabulary size must be at least 1, got {}", pattern, vocab_size);
   Impl& d = *impl_;
   d.shuffle = shuffle;
   d.seed = seed;
@@ -126,12 +140,14 @@ void TokenDataset::get_row(uint64_t row, int* inputs, int* targets) const {
   while (pos < end) {
     while (pos >= d.starts[s + 1]) ++s;  // skips empty shards too
     const uint64_t n = std::min(end, d.starts[s + 1]) - pos;
-    const uint16_t* src = d.shards[s].tokens() + (pos - d.starts[s]);
-    for (uint64_t j = 0; j < n; ++j, ++k) {
-      const int token = int(src[j]);
-      if (k < T) inputs[k] = token;
-      if (k > 0) targets[k - 1] = token;
+    const TokenShard& shard = d.shards[s];
+    const size_t first = size_t(pos - d.starts[s]);
+    if (shard.width() == TokenWidth::u16) {
+      copy_span(shard.tokens16() + first, n, T, k, inputs, targets);
+    } else {
+      copy_span(shard.tokens32() + first, n, T, k, inputs, targets);
     }
+    k += n;
     pos += n;
   }
 }

@@ -44,10 +44,10 @@ bool is_shard_name(const std::string& name) {
 // Accumulates one split's token stream and cuts it into shards of `shard_tokens` in the staging dir.
 class ShardWriter {
  public:
-  ShardWriter(std::string split, std::string dir, uint64_t shard_tokens)
-      : split_(std::move(split)), dir_(std::move(dir)), shard_tokens_(shard_tokens) {}
+  ShardWriter(std::string split, std::string dir, uint64_t shard_tokens, TokenWidth width)
+      : split_(std::move(split)), dir_(std::move(dir)), shard_tokens_(shard_tokens), width_(width) {}
 
-  void append(const std::vector<uint16_t>& tokens) {
+  void append(const std::vector<uint32_t>& tokens) {
     size_t i = 0;
     while (i < tokens.size()) {
       const size_t n = std::min<size_t>(tokens.size() - i, shard_tokens_ - buffer_.size());
@@ -68,13 +68,14 @@ class ShardWriter {
  private:
   void flush() {
     names_.push_back(shard_name(split_, names_.size()));
-    write_token_shard(dir_ + "/" + names_.back(), buffer_);
+    write_token_shard(dir_ + "/" + names_.back(), buffer_, width_);
     buffer_.clear();
   }
 
   std::string split_, dir_;
   uint64_t shard_tokens_;
-  std::vector<uint16_t> buffer_;
+  TokenWidth width_;
+  std::vector<uint32_t> buffer_;
   std::vector<std::string> names_;
   uint64_t total_ = 0;
 };
@@ -120,6 +121,11 @@ struct Document {
 }  // namespace
 
 PrepareSummary prepare_shards(const PrepareOptions& options) {
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer, options.vocab_dir);
+  return prepare_shards(options, *tokenizer);
+}
+
+PrepareSummary prepare_shards(const PrepareOptions& options, const Tokenizer& tokenizer) {
   ODY_CHECK(!options.inputs.empty(), "prepare: no input files");
   ODY_CHECK(!options.output_dir.empty(), "prepare: no output directory");
   ODY_CHECK(options.val_fraction >= 0.0 && options.val_fraction <= 0.5,
@@ -128,7 +134,6 @@ PrepareSummary prepare_shards(const PrepareOptions& options) {
       options.shard_tokens >= 1 && options.shard_tokens <= uint64_t(std::numeric_limits<int32_t>::max()),
       "prepare: shard_tokens {} is out of range [1, 2^31-1] (llm.c shards count tokens in int32)",
       options.shard_tokens);
-  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(options.tokenizer, options.vocab_dir);
 
   // Each input file is one document, taken in sorted path order so the split does not depend on the
   // order of the command line. Every file is checked before any work is done.
@@ -174,13 +179,16 @@ PrepareSummary prepare_shards(const PrepareOptions& options) {
   fs::create_directory(staging.path, ec);
   ODY_CHECK(!ec, "prepare: cannot create staging directory {}: {}", staging.path, ec.message());
 
-  ShardWriter train("train", staging.path, options.shard_tokens);
-  ShardWriter val("val", staging.path, options.shard_tokens);
+  // uint16 shards while the vocabulary fits them (byte-identical to llm.c's GPT-2 data), else uint32.
+  const TokenWidth width = token_width_for_vocab(tokenizer.vocab_size());
+  summary.width = width;
+  ShardWriter train("train", staging.path, options.shard_tokens, width);
+  ShardWriter val("val", staging.path, options.shard_tokens, width);
 
   // With an end-of-text token every document is preceded by it (llm.c's convention: it also marks the
   // start of the first document); without one, documents of a split are separated by a single "\n".
-  const int eot = tokenizer->eot_id();
-  const std::vector<int> newline = tokenizer->encode("\n");
+  const int eot = tokenizer.eot_id();
+  const std::vector<int> newline = tokenizer.encode("\n");
   bool train_started = false, val_started = false;
 
   Progress progress(options.progress, docs.size());
@@ -204,7 +212,7 @@ PrepareSummary prepare_shards(const PrepareOptions& options) {
       try {
         const std::string text = read_text_file(docs[next + size_t(b)].path);
         read_bytes[size_t(b)] = text.size();
-        ids[size_t(b)] = tokenizer->encode(text);
+        ids[size_t(b)] = tokenizer.encode(text);
       } catch (...) {
         errors[size_t(b)] = std::current_exception();
       }
@@ -223,12 +231,12 @@ PrepareSummary prepare_shards(const PrepareOptions& options) {
       }
       started = true;
       sequence.insert(sequence.end(), ids[b].begin(), ids[b].end());
-      std::vector<uint16_t> tokens(sequence.size());
+      std::vector<uint32_t> tokens(sequence.size());
       for (size_t i = 0; i < sequence.size(); ++i) {
-        ODY_CHECK(sequence[i] >= 0 && sequence[i] <= 65535,
-                  "prepare: tokenizer {} produced id {} for {}, which does not fit a uint16 token shard",
-                  tokenizer->name(), sequence[i], doc.path);
-        tokens[i] = uint16_t(sequence[i]);
+        ODY_CHECK(sequence[i] >= 0 && sequence[i] < tokenizer.vocab_size(),
+                  "prepare: tokenizer {} produced id {} for {}, outside its vocabulary of {}",
+                  tokenizer.name(), sequence[i], doc.path, tokenizer.vocab_size());
+        tokens[i] = uint32_t(sequence[i]);
       }
       writer.append(tokens);
       ids[b] = {};

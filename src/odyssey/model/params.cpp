@@ -15,8 +15,8 @@ void ModelConfig::validate() const {
   ODY_CHECK(d_model % n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", d_model,
             n_head);
   ODY_CHECK(seq_len > 0, "model.seq_len must be positive, got {}", seq_len);
-  ODY_CHECK(vocab_size > 0 && vocab_size <= 65536,
-            "model.vocab_size must be in [1, 65536] (tokens are stored as uint16), got {}", vocab_size);
+  // No upper bound: the token-shard format carries the width (uint32 shards above 65,536 ids).
+  ODY_CHECK(vocab_size > 0, "model.vocab_size must be positive, got {}", vocab_size);
 }
 
 int64_t ModelConfig::num_parameters() const {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/parallel/fused_qkv.h"
@@ -12,8 +13,6 @@
 
 namespace odyssey {
 namespace {
-
-constexpr int kTagKv = 21, kTagDkv = 22;
 
 void ensure(FloatBuffer& b, size_t n) {
   if (b.size() < n) b.resize(n);
@@ -145,8 +144,9 @@ void RingAttention::pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& s
   const int P = ring_.size(), r = ring_.rank();
   if (s + 1 >= P) return;  // the last step's block goes nowhere
   // Receive first, then send; the caller computes on block s while both are in flight.
-  recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, (r + P - 1) % P, kTagKv);
-  send = ring_.send_async(kv_[s % 2].data(), size_t(kv_n), DType::f32, (r + 1) % P, kTagKv);
+  recv =
+      ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, (r + P - 1) % P, p2p_tag::ring_kv);
+  send = ring_.send_async(kv_[s % 2].data(), size_t(kv_n), DType::f32, (r + 1) % P, p2p_tag::ring_kv);
   if (!options_.overlap) finish(recv, times_), finish(send, times_);
 }
 
@@ -261,8 +261,8 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
         finish(dkv_recv, times_);  // (already complete without overlap)
         add(acc, dkv_in_.data(), kv_n);
       }
-      dkv_recv = ring_.recv_async(dkv_in_.data(), size_t(kv_n), DType::f32, prev, kTagDkv);
-      dkv_send[s % 2] = ring_.send_async(acc, size_t(kv_n), DType::f32, next, kTagDkv);
+      dkv_recv = ring_.recv_async(dkv_in_.data(), size_t(kv_n), DType::f32, prev, p2p_tag::ring_dkv);
+      dkv_send[s % 2] = ring_.send_async(acc, size_t(kv_n), DType::f32, next, p2p_tag::ring_dkv);
       if (!options_.overlap) finish(dkv_recv, times_), finish(dkv_send[s % 2], times_);
     }
     ++times_.steps;

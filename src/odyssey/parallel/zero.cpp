@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "odyssey/comm/grid.h"
+#include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/parallel/sdp4bit.h"
@@ -241,9 +242,10 @@ void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_mom
     }
   };
   if (opt_.stage == 3)
-    collect(params_.data(), params, 1);
+    collect(params_.data(), params, p2p_tag::zero_gather_params);
   else if (master_.size())
-    collect(master_.data(), params, 1);  // the master, not the (quantized) model copy
+    collect(master_.data(), params,
+            p2p_tag::zero_gather_params);  // the master, not the (quantized) model copy
   else if (dp_.rank() == 0)
     part_->padded_to_dense(params_.data(), params);
   if (!with_moments) return;
@@ -254,8 +256,8 @@ void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_mom
     }
     return;
   }
-  collect(m_.data(), m, 2);
-  collect(v_.data(), v, 3);
+  collect(m_.data(), m, p2p_tag::zero_gather_m);
+  collect(v_.data(), v, p2p_tag::zero_gather_v);
 }
 
 void ZeroEngine::zero_grad() {
