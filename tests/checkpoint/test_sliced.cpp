@@ -120,6 +120,38 @@ TEST_F(SlicedTest, IncompleteSaveIsNeverTheLatest) {
   EXPECT_EQ(find_latest_checkpoint(run_), run_ + "/step_00000005");
 }
 
+// Re-saving a step (resuming a finished run does) swaps the new checkpoint in atomically: afterwards
+// step_N is the new one and no hidden copy of it is left.
+TEST_F(SlicedTest, ResaveReplacesTheStep) {
+  write(2, 5);
+  write(3, 5);
+  EXPECT_EQ(read_checkpoint_manifest(run_ + "/step_00000005").layout["world_size"], 3);
+  for (const auto& e : fs::directory_iterator(run_))
+    EXPECT_EQ(e.path().filename().string().rfind(".step_", 0), std::string::npos) << e.path();
+}
+
+// Where the exchange is not available, a crash between the fallback's two renames leaves the old
+// copy parked as .step_N.old and no step_N: it is still found (and loads), and the next complete
+// save of that step removes it.
+TEST_F(SlicedTest, ParkedCopyOfAnInterruptedResaveIsFound) {
+  write(1, 4);
+  write(2, 5);
+  fs::rename(run_ + "/step_00000005", run_ + "/.step_00000005.old");
+  const std::string found = find_latest_checkpoint(run_);
+  EXPECT_EQ(found, run_ + "/.step_00000005.old");
+  EXPECT_EQ(read_checkpoint_manifest(found).layout["world_size"], 2);
+  EXPECT_EQ(resolve_checkpoint(run_), found);
+  write(3, 5);
+  EXPECT_EQ(find_latest_checkpoint(run_), run_ + "/step_00000005");
+  EXPECT_FALSE(fs::exists(run_ + "/.step_00000005.old"));
+  // A parked copy whose step is back in place is not the latest and is removed by the next save.
+  fs::create_directories(run_ + "/.step_00000006.old");
+  write_text_atomic(run_ + "/.step_00000006.old/manifest.json", "{}");
+  fs::create_directories(run_ + "/step_00000006");
+  write_text_atomic(run_ + "/step_00000006/manifest.json", "{}");
+  EXPECT_EQ(find_latest_checkpoint(run_), run_ + "/step_00000006");
+}
+
 // Format 1 (model.safetensors + optimizer.safetensors, whole-file checksums) is still read.
 TEST_F(SlicedTest, ReadsFormatOne) {
   const std::string dir = run_ + "/step_00000003";

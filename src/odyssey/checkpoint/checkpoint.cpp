@@ -68,14 +68,24 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
 
 std::string find_latest_checkpoint(const std::string& run_dir) {
   if (!fs::is_directory(run_dir)) return "";
-  std::string best;
+  std::string best, best_dir;
   for (const auto& e : fs::directory_iterator(run_dir)) {
-    std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
-    if (!fs::exists(e.path() / "manifest.json")) continue;  // not a complete checkpoint
-    if (name > best) best = name;
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !fs::exists(e.path() / "manifest.json")) continue;  // not complete
+    std::string step;
+    if (name.rfind("step_", 0) == 0) {
+      step = name;
+    } else if (name.rfind(".step_", 0) == 0 && name.size() == 18 && name.substr(14) == ".old" &&
+               !fs::exists(fs::path(run_dir) / name.substr(1, 13) / "manifest.json")) {
+      // A re-save of this step was interrupted between its two renames (file systems without an
+      // atomic exchange): the parked copy is the only complete one of its step.
+      step = name.substr(1, 13);
+    } else {
+      continue;
+    }
+    if (step > best) best = step, best_dir = name;
   }
-  return best.empty() ? "" : run_dir + "/" + best;
+  return best.empty() ? "" : run_dir + "/" + best_dir;
 }
 
 std::string resolve_checkpoint(const std::string& path) {

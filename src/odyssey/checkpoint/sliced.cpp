@@ -1,9 +1,10 @@
 #include "odyssey/checkpoint/sliced.h"
 
+#include <fcntl.h>  // AT_FDCWD
 #include <xxhash.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -161,13 +162,25 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
   write_text_atomic(tmp_dir + "/manifest.json", manifest.dump(1) + "\n");
   fsync_dir(tmp_dir);
 
-  // Replace an existing checkpoint of the same step only once the new one is complete.
+  // Replace an existing checkpoint of the same step (resuming a finished run re-saves its last step)
+  // only once the new one is complete, and never leave a moment without a complete step_N where
+  // resume looks: swap the two directories in one atomic rename (RENAME_EXCHANGE), then delete the
+  // old copy, now under the temporary name. A file system without the exchange (NFS) gets two renames
+  // with the old copy parked as .step_N.old, which find_latest_checkpoint uses if a crash falls
+  // between them.
   if (fs::exists(final_dir)) {
-    const std::string old_dir = run_dir + "/." + checkpoint_step_name(state.step) + ".old";
-    fs::remove_all(old_dir);
-    fs::rename(final_dir, old_dir);
-    fs::rename(tmp_dir, final_dir);
-    fs::remove_all(old_dir);
+    if (renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(run_dir);
+      fs::remove_all(tmp_dir);
+    } else {
+      const std::string old_dir = run_dir + "/." + checkpoint_step_name(state.step) + ".old";
+      fs::remove_all(old_dir);
+      fs::rename(final_dir, old_dir);
+      fsync_dir(run_dir);
+      fs::rename(tmp_dir, final_dir);
+      fsync_dir(run_dir);
+      fs::remove_all(old_dir);
+    }
   } else {
     fs::rename(tmp_dir, final_dir);
   }
@@ -185,7 +198,10 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
     if (name.rfind("step_", 0) == 0 && fs::exists(path / "manifest.json")) steps.push_back(name);
     const bool hidden = name.rfind(".step_", 0) == 0 && name.size() > 14;
     const std::string suffix = hidden ? name.substr(14) : "";
-    if (hidden && (suffix == ".del" || suffix == ".old" ||
+    // A parked .old copy is dead once its step_N is back in place (it is the only copy otherwise).
+    const bool dead_old =
+        suffix == ".old" && fs::exists(fs::path(run_dir) / name.substr(1, 13) / "manifest.json");
+    if (hidden && (suffix == ".del" || dead_old ||
                    (suffix == ".tmp" && name.substr(1, 13) < checkpoint_step_name(state.step))))
       fs::remove_all(path);
   }
