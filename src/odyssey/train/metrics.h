@@ -1,8 +1,10 @@
-// Metrics: one JSON object per line per logged step (DESIGN.md), appended and flushed as it goes so a
-// crashed run keeps everything up to its last step.
+// Metrics: one JSON object per line per logged step (DESIGN.md), appended with write(2) as it goes so
+// a crashed run keeps everything up to its last step. A failed write (a full disk) is an error, and
+// the file keeps only whole lines.
 #pragma once
 
-#include <cstdio>
+#include <sys/types.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -21,7 +23,8 @@ class MetricsWriter {
 
  private:
   std::string path_;
-  std::FILE* file_ = nullptr;
+  int fd_ = -1;
+  off_t good_bytes_ = 0;  // the file's size after the last complete line
 };
 
 }  // namespace odyssey
