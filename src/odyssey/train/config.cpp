@@ -125,6 +125,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("checkpoint.every", int64_t, checkpoint.every),
       ODY_KEY("checkpoint.keep", int, checkpoint.keep),
       ODY_KEY("checkpoint.resume", bool, checkpoint.resume),
+      ODY_KEY("checkpoint.overwrite", bool, checkpoint.overwrite),
       ODY_KEY("log.metrics", std::string, log.metrics),
       ODY_KEY("log.every", int64_t, log.every),
   };

@@ -58,6 +58,9 @@ struct CheckpointConfig {
   int64_t every = 0;                 // 0: only at the end
   int keep = 0;                      // newest checkpoints kept (0: all)
   bool resume = false;
+  // A fresh run (resume = false) refuses a run directory that holds another run's checkpoints or
+  // metrics, unless overwrite = true: then they are deleted first.
+  bool overwrite = false;
 };
 
 struct LogConfig {

@@ -29,6 +29,7 @@
 #include "odyssey/train/evaluate.h"
 #include "odyssey/train/memory_check.h"
 #include "odyssey/train/metrics.h"
+#include "odyssey/train/run_directory.h"
 #include "odyssey/train/sharded_checkpoint.h"
 
 namespace odyssey {
@@ -211,6 +212,15 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     r.host_available = host_available;
     return r;
   }
+
+  // The run directory is this run's from here on (writable, locked, no other run's checkpoints): rank 0
+  // claims it, an error there ends every rank, and nobody looks for a checkpoint before it is done.
+  RunDirectoryLock run_lock;
+  if (root) {
+    const std::string note = claim_run_directory(config.checkpoint, config.metrics_path(), run_lock);
+    if (!note.empty()) log_info("{}", note);
+  }
+  world.barrier();
 
   // A checkpoint (any layout) is read slice by slice, each rank taking what its ZeRO stage keeps;
   // a fresh start initializes the full state on every rank.
