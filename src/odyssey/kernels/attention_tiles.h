@@ -37,6 +37,7 @@ constexpr int kNR = 2;
 inline constexpr const char* kIsa = "generic";
 #endif
 constexpr int kMR = 6;  // rows per micro-tile
+static_assert(kNR >= 1 && kNR <= 4, "product() dispatches 1 to 4 vectors per micro-tile row");
 
 using vf = float __attribute__((vector_size(kW * sizeof(float))));
 using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
@@ -127,20 +128,20 @@ void product(float* c, int64_t ldc, const float* a, int64_t lda, const float* b,
     const float* ar = TransA ? a + r0 : a + r0 * lda;
     for (int c0 = 0; c0 < W; c0 += kNR * kW) {
       const int nv = (W - c0) / kW < kNR ? (W - c0) / kW : kNR;
-      if constexpr (kNR == 4) {
-        if (nv == 4) {
-          micro_tile<TransA, Accumulate, 4>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          continue;
-        }
-        if (nv == 3) {
-          micro_tile<TransA, Accumulate, 3>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          continue;
-        }
+      switch (nv) {
+        case 1:
+          micro_tile<TransA, Accumulate, 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+          break;
+        case 2:
+          micro_tile<TransA, Accumulate, 2 <= kNR ? 2 : 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+          break;
+        case 3:
+          micro_tile<TransA, Accumulate, 3 <= kNR ? 3 : 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+          break;
+        default:
+          micro_tile<TransA, Accumulate, 4 <= kNR ? 4 : 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+          break;
       }
-      if (nv >= 2)
-        micro_tile<TransA, Accumulate, 2>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-      else
-        micro_tile<TransA, Accumulate, 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
     }
   }
 }
