@@ -15,7 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 // The vector types only live inside inlined helpers; their ABI never crosses a call.
@@ -42,13 +41,14 @@ static_assert(kNR >= 1 && kNR <= 4, "product() dispatches 1 to 4 vectors per mic
 using vf = float __attribute__((vector_size(kW * sizeof(float))));
 using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
 
+// Tile loads and stores are aligned: every tile lives in 64-byte aligned scratch with row strides
+// that are multiples of kW (memcpy here made g++ split each access in two 128-bit halves on AVX2).
+using vf_mem = float __attribute__((vector_size(kW * sizeof(float)), __may_alias__));
 inline vf load(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+  return *reinterpret_cast<const vf_mem*>(p);
 }
 inline void store(float* p, vf v) {
-  std::memcpy(p, &v, sizeof v);
+  *reinterpret_cast<vf_mem*>(p) = v;
 }
 template <size_t... I>
 inline vf splat_lanes(float x, std::index_sequence<I...>) {
