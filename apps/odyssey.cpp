@@ -23,6 +23,7 @@
 #include "odyssey/train/config.h"
 #include "odyssey/train/evaluate.h"
 #include "odyssey/train/generate.h"
+#include "odyssey/train/host_info.h"
 #include "odyssey/train/trainer.h"
 
 using namespace odyssey;
@@ -243,6 +244,9 @@ int main(int argc, char** argv) {
       "print a checkpoint's manifest, tensors and slices; verify every checksum (exit 1 on a problem)");
   inspect->add_option("DIR", inspect_path, "checkpoint or run directory")->required();
 
+  auto* info =
+      app.add_subcommand("info", "print this host's CPU, the ISA oneDNN dispatches to and threads, as JSON");
+
   CLI11_PARSE(app, argc, argv);
   try {
     // Training is the multi-rank command: the MPI runtime ends every rank on an error on any.
@@ -259,6 +263,10 @@ int main(int argc, char** argv) {
     }
     if (*exp) return cmd_export(checkpoint, to, output);
     if (*imp) return cmd_import(from, input, output);
+    if (*info) {
+      std::cout << host_json().dump() << "\n";
+      return 0;
+    }
     if (*inspect) return inspect_checkpoint(inspect_path, std::cout) == 0 ? 0 : 1;
   } catch (const Error& e) {
     std::fprintf(stderr, "odyssey: error: %s\n", e.what());

@@ -12,6 +12,8 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/core/timer.h"
 
+#include "odyssey/train/host_info.h"
+
 namespace odyssey {
 namespace {
 
@@ -62,6 +64,7 @@ int run(int, char**) {
   }
   if (w.rank() == 0) {
     const nlohmann::json out = {{"bench", "comm"},
+                                {"host", odyssey::host_json()},
                                 {"ranks", P},
                                 {"intra_node", w.intra_node()},
                                 {"convention", "nccl-tests bus bytes; time = mean over iterations and ranks"},

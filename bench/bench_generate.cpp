@@ -27,6 +27,8 @@
 #include "odyssey/model/kv_cache.h"
 #include "odyssey/train/generate.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 using nlohmann::json;
 
@@ -99,7 +101,8 @@ int main(int argc, char** argv) {
     w.max_tokens = 3;
     run(model, prompt, w, &kv_tokens);
   }
-  json out = {{"model",
+  json out = {{"host", odyssey::host_json()},
+              {"model",
                {{"n_layer", a.n_layer},
                 {"n_head", a.n_head},
                 {"d_model", a.d_model},

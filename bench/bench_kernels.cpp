@@ -16,6 +16,8 @@
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/kernels/layernorm.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 
 namespace {
@@ -115,8 +117,9 @@ int main(int argc, char** argv) {
   const double ce_fb = time_per_call(
       [&] { cross_entropy_forward_backward(logits.data(), losses.data(), targets.data(), M, V, 1.0f / M); });
 
-  fmt::print("{{\n  \"threads\": {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": [\n",
-             omp_get_max_threads(), square);
+  fmt::print(
+      "{{\n  \"host\": {},\n  \"threads\": {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": [\n",
+      odyssey::host_json().dump(), omp_get_max_threads(), square);
   for (size_t i = 0; i < gemm_rows.size(); ++i)
     fmt::print("    {}{}\n", gemm_rows[i], i + 1 < gemm_rows.size() ? "," : "");
   fmt::print("  ],\n");

@@ -29,6 +29,8 @@
 #include "odyssey/core/timer.h"
 #include "odyssey/parallel/zero.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 
 namespace {
@@ -113,7 +115,8 @@ int bench(int argc, char** argv) {
     }
   const double step_ov = median(overlap.step_ms), step_no = median(serial.step_ms);
   const double comm_no = median(serial.wait_ms);
-  nlohmann::json out = {{"ranks", dp.size()},
+  nlohmann::json out = {{"host", odyssey::host_json()},
+                        {"ranks", dp.size()},
                         {"zero_stage", stage},
                         {"parameters", overlap.model.num_params()},
                         {"gradient_mb", overlap.model.num_params() * 4 / 1e6},

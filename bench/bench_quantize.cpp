@@ -18,6 +18,8 @@
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/quantize.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 
 namespace {
@@ -108,8 +110,10 @@ int main(int argc, char** argv) {
     row("dequantize_sum_2parts", q4, ds, 2 * packed_bytes(q4) + 4.0 * kN);
   }
 
-  fmt::print("{{\n  \"threads\": {},\n  \"elements\": {},\n  \"memcpy_gbps\": {:.2f},\n  \"kernels\": [\n",
-             omp_get_max_threads(), kN, 8.0 * kN / memcpy_s / 1e9);
+  fmt::print(
+      "{{\n  \"host\": {},\n  \"threads\": {},\n  \"elements\": {},\n  \"memcpy_gbps\": {:.2f},\n  "
+      "\"kernels\": [\n",
+      odyssey::host_json().dump(), omp_get_max_threads(), kN, 8.0 * kN / memcpy_s / 1e9);
   for (size_t i = 0; i < rows.size(); ++i) fmt::print("    {}{}\n", rows[i], i + 1 < rows.size() ? "," : "");
   fmt::print("  ]\n}}\n");
   return 0;

@@ -25,6 +25,8 @@
 #include "odyssey/core/timer.h"
 #include "odyssey/parallel/usp_attention.h"
 
+#include "odyssey/train/host_info.h"
+
 namespace odyssey {
 namespace {
 
@@ -109,6 +111,7 @@ int run(int argc, char** argv) {
   const double tensors = double(qkv.bytes() + out.bytes() + lse.bytes() + dout.bytes() + dqkv.bytes() +
                                 (op.ulysses() ? op.ulysses()->saved_bytes() : 0));
   nlohmann::json result = {{"bench", "sp_attention"},
+                           {"host", odyssey::host_json()},
                            {"mode", mode},
                            {"layout", a["layout"]},
                            {"ranks", P},

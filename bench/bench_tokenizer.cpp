@@ -21,6 +21,8 @@
 #include "odyssey/core/timer.h"
 #include "odyssey/data/gpt2_tokenizer.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 namespace fs = std::filesystem;
 
@@ -79,12 +81,14 @@ int main(int argc, char** argv) try {
   }
 
   fmt::print(
-      "{{\"corpus\": \"{}\", \"files\": {}, \"bytes\": {}, \"tokens\": {}, \"bytes_per_token\": {:.4f}, "
+      "{{\"host\": {}, \"corpus\": \"{}\", \"files\": {}, \"bytes\": {}, \"tokens\": {}, "
+      "\"bytes_per_token\": {:.4f}, "
       "\"load_s\": {:.3f}, \"encode_mb_s_cold\": {{\"1\": {:.2f}, \"2\": {:.2f}}}, "
       "\"encode_mb_s_warm\": {{\"1\": {:.2f}, \"2\": {:.2f}}}, \"speedup_2_threads_cold\": {:.2f}, "
       "\"encode_mb_per_cpu_s_cold_1_thread\": {:.2f}, \"decode_mb_s\": {:.1f}}}\n",
-      corpus.string(), texts.size(), bytes, tokens, double(bytes) / double(tokens), load_s, cold_mb_s[1],
-      cold_mb_s[2], warm_mb_s[1], warm_mb_s[2], cold_mb_s[2] / cold_mb_s[1], cold_cpu_mb_s, mb / decode_s);
+      odyssey::host_json().dump(), corpus.string(), texts.size(), bytes, tokens,
+      double(bytes) / double(tokens), load_s, cold_mb_s[1], cold_mb_s[2], warm_mb_s[1], warm_mb_s[2],
+      cold_mb_s[2] / cold_mb_s[1], cold_cpu_mb_s, mb / decode_s);
   return 0;
 } catch (const std::exception& e) {
   fmt::print(stderr, "bench_tokenizer: {}\n", e.what());

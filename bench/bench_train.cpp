@@ -54,6 +54,8 @@
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 using nlohmann::json;
 
@@ -485,6 +487,7 @@ int main(int argc, char** argv) {
   const double gemm_gflops_cpu = median(gemm_rates_cpu);
   json out = {
       {"engine", "odyssey"},
+      {"host", odyssey::host_json(args.threads)},
       {"config",
        {{"n_layer", args.n_layer},
         {"n_head", args.n_head},

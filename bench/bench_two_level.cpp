@@ -24,6 +24,8 @@
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/sdp4bit.h"
 
+#include "odyssey/train/host_info.h"
+
 using namespace odyssey;
 
 namespace {
@@ -89,6 +91,7 @@ int bench(int argc, char** argv) {
   }
   if (w.rank() == 0) {
     nlohmann::json out;
+    out["host"] = odyssey::host_json();
     out["grads"] = grads;
     out["ranks"] = P;
     out["ranks_per_node"] = D;

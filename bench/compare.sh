@@ -11,8 +11,10 @@
 #
 # PyTorch's matmuls go to whatever libblas.so.3 is: this script points it at Debian's OpenBLAS
 # (libopenblas0-openmp, else -pthread; without it PyTorch gets the reference BLAS, under 1 GFLOP/s,
-# and the script says so) and sets OPENBLAS_CORETYPE=SkylakeX so no OpenBLAS can mis-detect this
-# CPU (Debian's 0.3.21 reports core SkylakeX here even without it: OPENBLAS_VERBOSE=2).
+# and the script says so) and sets OPENBLAS_CORETYPE from this CPU's flags (bench/blas_env.sh:
+# SkylakeX/Cooperlake with AVX-512, Zen/Haswell with AVX2), so OpenBLAS neither mis-detects a
+# virtualised CPU nor runs AVX-512 kernels on one without them. OPENBLAS_CORETYPE set by the caller
+# wins. The summary's "host" names the CPU, the ISA oneDNN dispatched to, and OpenBLAS's core.
 #
 # Environment: THREADS (2), RUNS (3), STEPS (1 timed step per run, after WARMUP=1 untimed),
 # MODELS ("gpt2-124m mid", a subset, or "tiny" for a smoke test), BATCH_124M (1), BATCH_MID (4),
@@ -38,6 +40,8 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 mkdir -p "$OUT_DIR"
 
 log() { echo "compare: $*" >&2; }
+source "$ROOT/bench/blas_env.sh"
+CORETYPE=${OPENBLAS_CORETYPE:-$(openblas_coretype)}
 
 # --- build (incremental: ninja does nothing when bench_train is up to date)
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
@@ -86,7 +90,7 @@ model_args() {
 }
 
 log "results in $OUT_DIR; threads $THREADS, $RUNS runs x ($WARMUP warm-up + $STEPS steps)," \
-  "OMP_WAIT_POLICY=$OMP_WAIT_POLICY; torch BLAS: ${BLAS_DIR:-system}"
+  "OMP_WAIT_POLICY=$OMP_WAIT_POLICY; torch BLAS: ${BLAS_DIR:-system}, OPENBLAS_CORETYPE=${CORETYPE:-auto}"
 start=$(date +%s)
 for model in $MODELS; do
   args="$(model_args "$model") --steps $STEPS --warmup $WARMUP --threads $THREADS"
@@ -100,7 +104,7 @@ for model in $MODELS; do
       if [ "$engine" = ours ]; then
         run_ours "$out" $args 2>"$out.log"
       else
-        run_torch "$out" SkylakeX $args 2>"$out.log"
+        run_torch "$out" "$CORETYPE" $args 2>"$out.log"
       fi
       log "$model run $r $engine: $(one_line "$out") ($(($(date +%s) - t0)) s)"
     done
@@ -114,13 +118,14 @@ fi
 log "done in $(($(date +%s) - start)) s"
 
 # --- summary: medians over runs
-"$PYTHON" - "$OUT_DIR" $MODELS <<'EOF'
+"$PYTHON" - "$OUT_DIR" "$CORETYPE" $MODELS <<'EOF'
 import glob, json, os, statistics, sys
 
-out_dir, models = sys.argv[1], sys.argv[2:]
+out_dir, coretype, models = sys.argv[1], sys.argv[2], sys.argv[3:]
 med = statistics.median
-summary = {"threads": None, "out_dir": out_dir, "goals": {"ratio": 2.5, "mfu": 0.6},
-           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "models": {}}
+summary = {"host": None, "threads": None, "out_dir": out_dir, "goals": {"ratio": 2.5, "mfu": 0.6},
+           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "openblas_coretype": coretype or None,
+           "models": {}}
 for model in models:
     def load(f):
         d = json.load(open(f))
@@ -132,6 +137,7 @@ for model in models:
     if not ours or not torch:
         continue
     summary["threads"] = ours[0]["config"]["threads"]
+    summary["host"] = dict(ours[0].get("host", {}), torch_blas_core=torch[0].get("blas_core"))
     ot, tt = med(r["tokens_per_s"] for r in ours), med(r["tokens_per_s"] for r in torch)
     mfu = med(r["mfu"] for r in ours)
     summary["models"][model] = {

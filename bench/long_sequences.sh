@@ -31,6 +31,8 @@ APPEND=${APPEND:-0}
 PROBE_S=${PROBE_S:-120}
 PLAN=${PLAN:-"small:4096 small:8192 small:16384 gpt2:4096 small:32768 gpt2:8192 small:65536 gpt2:16384 small:131072 small:262144 gpt2:32768"}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+HOST_JSON=$("$BIN" info)  # CPU model, oneDNN ISA, threads: recorded in every row
+export HOST_JSON
 if [[ $APPEND == 1 && -f $OUT ]]; then
   grep -v '"skipped"' "$OUT" >"$OUT.tmp" || true
   mv "$OUT.tmp" "$OUT"
@@ -91,10 +93,11 @@ for item in $PLAN; do
       --set checkpoint.dir="$dir" >"$dir.log" 2>&1
     rc=$?
     python3 - "$dir" "$model" "$T" "$P" "$rc" "$dir.log" "$STEPS" "$reason" "${est:-0}" <<'EOF' | tee -a "$OUT"
-import json, re, sys
+import json, os, re, sys
 d, model, T, P, rc, log, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
 reason, est = sys.argv[8], int(sys.argv[9])
-r = {"model": model, "T": T, "P": P, "step": steps, "load1_after": float(open("/proc/loadavg").read().split()[0])}
+r = {"model": model, "T": T, "P": P, "step": steps, "load1_after": float(open("/proc/loadavg").read().split()[0]),
+     "host": json.loads(os.environ["HOST_JSON"])}
 text = open(log, errors="replace").read()
 size = r"[\d.]+ [GM]iB"
 refusal = re.search(rf"(\d+) rank\(s\) x ({size}) of activations .*? = ({size}), but ({size}) is available", text)

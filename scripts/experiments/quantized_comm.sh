@@ -4,7 +4,7 @@
 # communication scheme; writes a table (runs/quantized_comm/table.md) and a plot of validation loss
 # against step (runs/quantized_comm/val_loss.png).
 #   bash scripts/experiments/quantized_comm.sh [--set section.key=value ...]
-# The model is configs/demo.toml narrowed to d_model 128 and context 128 (0.84M parameters) so the
+# The model is configs/brown-bytes.toml narrowed to d_model 128 and context 128 (0.84M parameters) so the
 # seven runs take about 16 minutes on 2 cores; --set overrides anything.
 # Environment: BUILD_DIR (default build), STEPS (default 200), EVAL_EVERY (default 20), OUT.
 set -euo pipefail
@@ -37,7 +37,7 @@ for r in "${runs[@]}"; do
   dir="$OUT/$name"
   rm -rf "$dir"
   echo "== $name (zero $stage, comm.weights=$weights, comm.grads=$grads)"
-  mpirun -np 4 --oversubscribe "$ODY" train --config configs/demo.toml \
+  mpirun -np 4 --oversubscribe "$ODY" train --config configs/brown-bytes.toml \
     --set "data.train=$data/train_*.bin" --set "data.val=$data/val_*.bin" \
     --set model.d_model=128 --set model.seq_len=128 \
     --set train.steps="$STEPS" --set train.micro_batch=4 --set train.eval_every="$EVAL_EVERY" \

@@ -35,6 +35,10 @@ CpuInfo read_cpu_info() {
   c.vendor = vendor;
 
   __get_cpuid(1, &a, &b, &cx, &d);
+  const int base_family = (a >> 8) & 0xf, base_model = (a >> 4) & 0xf;
+  c.family = base_family == 0xf ? base_family + int((a >> 20) & 0xff) : base_family;
+  c.model_number =
+      base_family == 0x6 || base_family == 0xf ? base_model | int(((a >> 16) & 0xf) << 4) : base_model;
   const bool osxsave = bit(cx, 27);
   c.fma = bit(cx, 12);
   // The OS must save the YMM (bits 1-2) and ZMM (bits 5-7) state for AVX2 / AVX-512 to be usable.

@@ -9,7 +9,8 @@ namespace odyssey {
 
 struct CpuInfo {
   std::string vendor;  // "GenuineIntel", "AuthenticAMD", ...
-  std::string model;   // the brand string, e.g. "AMD EPYC 7B12"
+  std::string model;   // the brand string, e.g. "AMD EPYC 7B12" (a VM may shorten it to "AMD EPYC")
+  int family = 0, model_number = 0;  // cpuid's display family and model: tell CPU generations apart
   bool avx2 = false, fma = false;
   bool avx512f = false, avx512bw = false, avx512_bf16 = false;
   bool amx_bf16 = false;  // also requires the OS to enable AMX tile state (checked via XCR0)

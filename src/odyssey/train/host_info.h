@@ -1,6 +1,6 @@
-// The host record every benchmark puts in its JSON ("host": {...}), so figures from different machines
-// are never compared by accident: CPU model and features, the ISA oneDNN dispatched to, the ISA
-// Odyssey's kernels were built for, and the thread count.
+// The host record every benchmark (and `odyssey info`) puts in its JSON ("host": {...}), so figures from
+// different machines are never compared by accident: CPU model and features, the ISA oneDNN dispatched to,
+// the ISA Odyssey's kernels were built for, and the thread count.
 #pragma once
 
 #include <omp.h>
@@ -15,6 +15,8 @@ inline nlohmann::json host_json(int threads = omp_get_max_threads()) {
   const CpuInfo& c = cpu_info();
   return {{"cpu", c.model},
           {"vendor", c.vendor},
+          {"family", c.family},
+          {"model_number", c.model_number},
           {"avx2", c.avx2},
           {"avx512f", c.avx512f},
           {"amx_bf16", c.amx_bf16},
