@@ -19,18 +19,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "bench_host.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_reference.h"
 #include "odyssey/kernels/gemm.h"
+#include "odyssey/train/host_info.h"
 
 using namespace odyssey;
 using nlohmann::json;
