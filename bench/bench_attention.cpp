@@ -1,10 +1,17 @@
-// Attention forward and backward time for GPT-2 shapes (B=1, H=12, D=64, causal), both backward
-// schedules, and oneDNN gemm on the kernel's 64x64x64 tiles for comparison with the micro-kernels.
-// Prints one JSON object.
+// Attention forward and backward speed next to the fp32 GEMM rate measured in the same run, so the
+// ratio holds up on a shared machine. Causal, B = 1, C = H * D = 768 (GPT-2's width), fused qkv
+// buffer as the model passes it. Prints one JSON object with the host record (CPU, ISA).
+//
+//   bench_attention [--T 1024,4096,16384] [--D 64,128] [--reference] [--schedules]
+//
+// --reference also times the reference kernel (attention_reference.h); --schedules times both
+// backward schedules (fused, split) instead of the one the kernel chooses.
 //
 // FLOP convention (flash-attention's): forward = 4 Tq Tk D per (b, h) (Q K^T and P V), halved when
 // causal with Tq = Tk; backward = 2.5x forward (recomputed Q K^T, dV, dP, dQ, dK). Extra work a
 // schedule does (the split schedule's second Q K^T and dO V^T) is not counted.
+// GEMM rates: oneDNN (kernels/gemm.h) on 1024^3 with all threads, and on 64^3 tiles called from every
+// thread at once, as a tile product inside a parallel region would be.
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -12,15 +19,20 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/attention.h"
+#include "odyssey/kernels/attention_reference.h"
 #include "odyssey/kernels/gemm.h"
+#include "odyssey/train/host_info.h"
 
 using namespace odyssey;
+using nlohmann::json;
 
 namespace {
 
@@ -32,14 +44,21 @@ double cpu_ms() {  // CPU time of the whole process (all threads)
 
 // Median wall and CPU time in ms of fn over enough repetitions to take ~min_seconds (at least 3).
 // CPU time (summed over threads) gives per-core throughput that holds up when other processes share
-// the cores; wall time is what a training step sees.
+// the cores; wall time is what a training step sees. A first call longer than min_seconds is the
+// only one (16K tokens: tens of seconds; its warm-up share is negligible).
 struct Times {
   double wall_ms, cpu_ms;
+  int runs;
 };
 template <typename F>
 Times median_ms(F&& fn, double min_seconds = 1.0) {
-  fn();  // warm up: page faults, oneDNN primitive creation
   std::vector<double> wall, cpu;
+  {
+    Timer t;
+    double c0 = cpu_ms();
+    fn();  // warm up: page faults, oneDNN primitive creation
+    if (t.seconds() > min_seconds) return {t.ms(), cpu_ms() - c0, 1};
+  }
   Timer total;
   while (wall.size() < 3 || (total.seconds() < min_seconds && wall.size() < 200)) {
     Timer t;
@@ -50,13 +69,51 @@ Times median_ms(F&& fn, double min_seconds = 1.0) {
   }
   std::sort(wall.begin(), wall.end());
   std::sort(cpu.begin(), cpu.end());
-  return {wall[wall.size() / 2], cpu[cpu.size() / 2]};
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2], static_cast<int>(wall.size())};
 }
 
-std::string bench_shape(int T, bool causal) {
-  const int B = 1, H = 12, D = 64, C = H * D;
+double round1(double x) {
+  return std::round(x * 10.0) / 10.0;
+}
+double round3(double x) {
+  return std::round(x * 1000.0) / 1000.0;
+}
+
+struct GemmRate {
+  double gflops, gflops_per_core;
+};
+
+// "gflops": wall clock, all threads; "gflops_per_core": per second of CPU time.
+json entry(double flops, Times t) {
+  return {{"ms", round3(t.wall_ms)},
+          {"runs", t.runs},
+          {"gflops", round1(flops / t.wall_ms / 1e6)},
+          {"gflops_per_core", round1(flops / t.cpu_ms / 1e6)}};
+}
+
+// Adds "of_gemm" (and "of_gemm_per_core") to every timing entry of a shape: its rate as a fraction of
+// the same-run oneDNN 1024^3 rate.
+void add_gemm_ratios(json& shape, const GemmRate& gemm_rate) {
+  for (auto& [key, value] : shape.items())
+    if (value.is_object() && value.contains("gflops")) {
+      value["of_gemm"] = round3(value["gflops"].get<double>() / gemm_rate.gflops);
+      value["of_gemm_per_core"] = round3(value["gflops_per_core"].get<double>() / gemm_rate.gflops_per_core);
+    }
+}
+
+struct Options {
+  std::vector<int> T{1024, 4096, 16384};
+  std::vector<int> D{64, 128};
+  bool reference = false, schedules = false;
+};
+
+using ForwardFn = decltype(&attention_forward);
+using BackwardFn = decltype(&attention_backward);
+
+json bench_shape(int T, int D, const Options& opt) {
+  const int B = 1, C = 768, H = C / D;
   const AttentionDims dims{B, T, T, H, H, D};
-  const AttentionMask mask{causal ? MaskKind::causal : MaskKind::none, 0, 0};
+  const AttentionMask mask{MaskKind::causal, 0, 0};
   const float scale = 1.0f / std::sqrt(float(D));
   // GPT-2's fused qkv buffer [B, T, 3C]; out, dout [B, T, C].
   std::vector<float> qkv(size_t(B) * T * 3 * C), dqkv(qkv.size()), out(size_t(B) * T * C), dout(out.size()),
@@ -71,29 +128,37 @@ std::string bench_shape(int T, bool causal) {
   MutHeadsView o{out.data(), int64_t{T} * C, C};
   HeadsView oc{out.data(), int64_t{T} * C, C}, g{dout.data(), int64_t{T} * C, C};
 
-  const double fwd_flops = 4.0 * B * H * double(T) * T * D * (causal ? 0.5 : 1.0),
-               bwd_flops = 2.5 * fwd_flops;
-  // "gflops": wall clock, all threads; "gflops_per_core": per second of CPU time.
-  auto entry = [](const char* name, double flops, Times t) {
-    return fmt::format(R"("{}_ms": {:.3f}, "{}_gflops": {:.1f}, "{}_gflops_per_core": {:.1f})", name,
-                       t.wall_ms, name, flops / t.wall_ms / 1e6, name, flops / t.cpu_ms / 1e6);
+  const double fwd_flops = 4.0 * B * H * double(T) * T * D * 0.5, bwd_flops = 2.5 * fwd_flops;
+  json shape = {{"B", B}, {"T", T}, {"H", H}, {"D", D}, {"causal", true}};
+  auto run = [&](const char* prefix, ForwardFn fwd, BackwardFn bwd) {
+    shape[std::string(prefix) + "forward"] =
+        entry(fwd_flops, median_ms([&] { fwd(o, lse.data(), q, k, v, dims, mask, scale); }));
+    auto backward = [&] { bwd(dq, dk, dv, g, oc, lse.data(), q, k, v, dims, mask, scale); };
+    if (!opt.schedules) {
+      shape[std::string(prefix) + "backward"] = entry(bwd_flops, median_ms(backward));
+      return;
+    }
+    for (const char* schedule : {"fused", "split"}) {
+      setenv("ODYSSEY_ATTN_BWD", schedule, 1);
+      shape[std::string(prefix) + "backward_" + schedule] = entry(bwd_flops, median_ms(backward));
+    }
+    unsetenv("ODYSSEY_ATTN_BWD");
   };
-  std::string json = entry("forward", fwd_flops,
-                           median_ms([&] { attention_forward(o, lse.data(), q, k, v, dims, mask, scale); }));
-  for (const char* schedule : {"fused", "split"}) {
-    setenv("ODYSSEY_ATTN_BWD", schedule, 1);
-    Times t =
-        median_ms([&] { attention_backward(dq, dk, dv, g, oc, lse.data(), q, k, v, dims, mask, scale); });
-    json +=
-        ", " + entry(schedule == std::string("fused") ? "backward_fused" : "backward_split", bwd_flops, t);
-  }
-  unsetenv("ODYSSEY_ATTN_BWD");
-  return fmt::format(R"({{"B": {}, "T": {}, "H": {}, "D": {}, "causal": {}, {}}})", B, T, H, D, causal, json);
+  run("", attention_forward, attention_backward);
+  if (opt.reference) run("reference_", attention_reference_forward, attention_reference_backward);
+  return shape;
 }
 
-// oneDNN gemm on the tile products the kernel does (S = Q K^T, O += P V, 64x64x64), called from every
-// thread at once as it would be inside the kernel's parallel region.
-std::string bench_tile_gemm() {
+GemmRate bench_gemm_1024() {
+  const int n = 1024;
+  std::vector<float> a(size_t(n) * n, 0.5f), b(a.size(), 0.25f), c(a.size());
+  Times t = median_ms([&] { gemm(c.data(), a.data(), b.data(), nullptr, n, n, n, false, false, false); });
+  const double flops = 2.0 * n * n * n;
+  return {flops / t.wall_ms / 1e6, flops / t.cpu_ms / 1e6};
+}
+
+// oneDNN gemm on 64^3 tile products (S = Q K^T, O += P V), called from every thread at once.
+GemmRate bench_tile_gemm() {
   const int n = 64, reps = 2000;
   const int threads = omp_get_max_threads();
   std::vector<std::vector<float>> bufs(threads, std::vector<float>(4 * n * n, 0.5f));
@@ -110,18 +175,58 @@ std::string bench_tile_gemm() {
       },
       0.5);
   const double flops = 2.0 * 2.0 * n * n * n * reps * threads;
-  return fmt::format(
-      R"({{"tile": [{}, {}, {}], "threads": {}, "gflops": {:.1f}, "gflops_per_core": {:.1f}}})", n, n, n,
-      threads, flops / t.wall_ms / 1e6, flops / t.cpu_ms / 1e6);
+  return {flops / t.wall_ms / 1e6, flops / t.cpu_ms / 1e6};
+}
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> v;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) v.push_back(std::stoi(item));
+  return v;
 }
 
 }  // namespace
 
-int main() {
-  std::string shapes;
-  for (int T : {1024, 4096}) shapes += (shapes.empty() ? "" : ",\n    ") + bench_shape(T, true);
-  fmt::print(
-      "{{\n  \"threads\": {},\n  \"flop_convention\": \"forward 4*T*T*D per head (half if causal), "
-      "backward 2.5x forward\",\n  \"attention\": [\n    {}\n  ],\n  \"block_gemm_onednn\": {}\n}}\n",
-      omp_get_max_threads(), shapes, bench_tile_gemm());
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--T" && i + 1 < argc) {
+      opt.T = parse_list(argv[++i]);
+    } else if (a == "--D" && i + 1 < argc) {
+      opt.D = parse_list(argv[++i]);
+    } else if (a == "--reference") {
+      opt.reference = true;
+    } else if (a == "--schedules") {
+      opt.schedules = true;
+    } else {
+      fmt::print(stderr, "usage: bench_attention [--T 1024,4096] [--D 64,128] [--reference] [--schedules]\n");
+      return 2;
+    }
+  }
+  const int threads = omp_get_max_threads();
+  // The GEMM rates are measured before and after the attention shapes and averaged, so a change in
+  // the machine's load during the run weighs on both sides of the ratio.
+  GemmRate before = bench_gemm_1024();
+  json shapes = json::array();
+  for (int T : opt.T)
+    for (int D : opt.D) {
+      shapes.push_back(bench_shape(T, D, opt));
+      fmt::print(stderr, "bench_attention: T={} D={} done\n", T, D);
+    }
+  GemmRate after = bench_gemm_1024(), tile = bench_tile_gemm();
+  const GemmRate mean{(before.gflops + after.gflops) / 2,
+                      (before.gflops_per_core + after.gflops_per_core) / 2};
+  for (json& shape : shapes) add_gemm_ratios(shape, mean);
+  json result = {{"host", host_json(threads)},
+                 {"flop_convention", "forward 4*T*T*D per head, halved when causal; backward 2.5x forward"},
+                 {"gemm_onednn_1024",
+                  {{"gflops", round1(mean.gflops)},
+                   {"gflops_per_core", round1(mean.gflops_per_core)},
+                   {"gflops_before", round1(before.gflops)},
+                   {"gflops_after", round1(after.gflops)}}},
+                 {"gemm_onednn_tile_64",
+                  {{"gflops", round1(tile.gflops)}, {"gflops_per_core", round1(tile.gflops_per_core)}}},
+                 {"attention", shapes}};
+  fmt::print("{}\n", result.dump(2));
 }

@@ -1,12 +1,15 @@
 // Blockwise attention against a naive double-precision softmax attention (forward: out and lse;
-// backward: its analytic gradients, themselves checked against finite differences), plus the
-// properties ring attention relies on: partial results over key blocks merge exactly by LSE, and the
-// backward of each key block with the final out/lse sums to the full backward.
+// backward: its analytic gradients, themselves checked against finite differences) and against the
+// reference kernel (attention_reference.h), plus the properties ring and chunked attention rely on:
+// partial results over key blocks merge exactly by LSE, the backward of each key block with the final
+// out/lse sums to the full backward, and query chunks against their key prefix give the same bits.
 //
 // Tolerances (inputs uniform in [-1, 1], scale 1/sqrt(D)): out 2e-6 + 2e-5|ref|, lse 1e-5 + 1e-6|ref|,
 // gradients 2e-5 + 1e-4|ref| against the double reference; finite differences of the fp32 kernel
 // 1e-4 (step 1e-2; observed 7e-6); LSE merge vs one call 1e-5. Observed errors are about 10x below.
 #include "odyssey/kernels/attention.h"
+
+#include "odyssey/kernels/attention_reference.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -460,7 +463,7 @@ TEST(Attention, DeterministicAcrossSchedulesAndThreads) {
   std::vector<std::vector<float>> results;
   const int threads = omp_get_max_threads();
   for (const char* s : {"fused", "split"})
-    for (int nt : {1, 3}) {
+    for (int nt : {1, 2, 3}) {
       ScheduleScope scope(s);
       omp_set_num_threads(nt);
       Problem p = make_problem(d, m);
@@ -474,6 +477,115 @@ TEST(Attention, DeterministicAcrossSchedulesAndThreads) {
     ASSERT_EQ(results[i].size(), results[0].size());
     // memcmp, not ==: the NaN padding must match too (it must be untouched).
     EXPECT_EQ(std::memcmp(results[i].data(), results[0].data(), results[0].size() * sizeof(float)), 0) << i;
+  }
+}
+
+// The fast kernel against the reference kernel on the same inputs (and both against the double
+// reference, through check()): out, lse, dq, dk, dv within the double-reference tolerances.
+void check_against_reference_kernel(AttentionDims d, AttentionMask m) {
+  SCOPED_TRACE(testing::Message() << "B=" << d.B << " Tq=" << d.Tq << " Tk=" << d.Tk << " H=" << d.H
+                                  << " Hkv=" << d.Hkv << " D=" << d.D
+                                  << " causal=" << (m.kind == MaskKind::causal) << " q_start=" << m.q_start
+                                  << " k_start=" << m.k_start);
+  Problem fast = make_problem(d, m), ref = make_problem(d, m);  // same seed: same inputs
+  Dense dq0 = Dense::of(ref.dq, d.B, d.Tq), dk0 = Dense::of(ref.dk, d.B, d.Tk),
+        dv0 = Dense::of(ref.dv, d.B, d.Tk);
+  check(fast);
+  attention_reference_forward(ref.out.mut(), ref.lse.data(), ref.q.view(), ref.k.view(), ref.v.view(), d, m,
+                              ref.scale);
+  attention_reference_backward(ref.dq.mut(), ref.dk.mut(), ref.dv.mut(), ref.dout.view(), ref.out.view(),
+                               ref.lse.data(), ref.q.view(), ref.k.view(), ref.v.view(), d, m, ref.scale);
+  Dense out = Dense::of(ref.out, d.B, d.Tq), dq = Dense::of(ref.dq, d.B, d.Tq),
+        dk = Dense::of(ref.dk, d.B, d.Tk), dv = Dense::of(ref.dv, d.B, d.Tk);
+  for (Dense* g : {&dq, &dk, &dv}) {  // the reference kernel's gradient, without the starting values
+    const Dense& g0 = g == &dq ? dq0 : g == &dk ? dk0 : dv0;
+    for (size_t i = 0; i < g->x.size(); ++i) g->x[i] -= g0.x[i];
+  }
+  expect_near_all(fast.out, out, nullptr, d.B, d.Tq, 2e-6, 2e-5, "out vs reference kernel");
+  for (size_t i = 0; i < ref.lse.size(); ++i) {
+    if (std::isinf(ref.lse[i])) {
+      EXPECT_EQ(fast.lse[i], ref.lse[i]) << "lse " << i;
+    } else {
+      EXPECT_NEAR(fast.lse[i], ref.lse[i], 1e-5 + 1e-6 * std::abs(ref.lse[i])) << "lse " << i;
+    }
+  }
+  expect_near_all(fast.dq, dq, &dq0, d.B, d.Tq, 2e-5, 1e-4, "dq vs reference kernel");
+  expect_near_all(fast.dk, dk, &dk0, d.B, d.Tk, 2e-5, 1e-4, "dk vs reference kernel");
+  expect_near_all(fast.dv, dv, &dv0, d.B, d.Tk, 2e-5, 1e-4, "dv vs reference kernel");
+}
+
+TEST(Attention, MatchesReferenceKernelOnOddShapes) {
+  for (int D : {24, 64, 128})
+    for (const char* s : {"fused", "split"}) {
+      SCOPED_TRACE(s);
+      ScheduleScope scope(s);
+      const AttentionMask causal{MaskKind::causal, 0, 0}, none{MaskKind::none, 0, 0};
+      check_against_reference_kernel({2, 37, 37, 5, 5, D}, causal);
+      check_against_reference_kernel({2, 37, 37, 5, 5, D}, none);
+      check_against_reference_kernel({1, 37, 37, 5, 1, D}, causal);  // multi-query
+      check_against_reference_kernel({1, 37, 37, 6, 3, D}, causal);  // grouped query heads
+      check_against_reference_kernel({1, 37, 37, 6, 2, D}, none);
+      // Ring steps: queries after every key, queries straddling the keys, and (zigzag) keys after
+      // some queries.
+      check_against_reference_kernel({1, 37, 29, 5, 5, D}, {MaskKind::causal, 37, 0});
+      check_against_reference_kernel({1, 37, 29, 5, 5, D}, {MaskKind::causal, 20, 10});
+      check_against_reference_kernel({1, 37, 53, 5, 5, D}, {MaskKind::causal, 0, 30});
+    }
+}
+
+// Chunked attention: each query chunk [t0, t1) against the key prefix [0, t1) (long-context-memory.md
+// §4.1) gives bitwise the out, lse and dq of the whole-sequence call; dk, dv summed over the chunks
+// equal the whole call's up to rounding (their query blocks are summed in another order).
+TEST(Attention, QueryChunksAgainstKeyPrefixGiveTheSameBits) {
+  for (int D : {24, 64, 128}) {
+    SCOPED_TRACE(D);
+    const int B = 2, T = 157, H = 4, Hkv = 2;
+    const AttentionDims d{B, T, T, H, Hkv, D};
+    Problem whole = make_problem(d, {MaskKind::causal, 0, 0}),
+            chunked = make_problem(d, {MaskKind::causal, 0, 0});
+    Dense dk0 = Dense::of(chunked.dk, B, T), dv0 = Dense::of(chunked.dv, B, T);
+    forward(whole);
+    backward(whole);
+    for (int t0 : {0, 50, 101}) {  // chunks of 50, 51 and 56 queries, at no tile boundary
+      const int t1 = t0 == 101 ? T : t0 + (t0 == 0 ? 50 : 51), tc = t1 - t0;
+      const AttentionDims dc{B, tc, t1, H, Hkv, D};
+      const AttentionMask mc{MaskKind::causal, t0, 0};
+      auto rows = [t0](const Strided& s) {
+        return HeadsView{s.data + t0 * s.row_stride, s.batch_stride, s.row_stride};
+      };
+      auto mrows = [t0](const Strided& s) {
+        return MutHeadsView{s.data + t0 * s.row_stride, s.batch_stride, s.row_stride};
+      };
+      std::vector<float> lse(size_t(B) * H * tc);
+      attention_forward(mrows(chunked.out), lse.data(), rows(chunked.q), chunked.k.view(), chunked.v.view(),
+                        dc, mc, chunked.scale);
+      for (int bh = 0; bh < B * H; ++bh)
+        for (int t = 0; t < tc; ++t) {
+          ASSERT_EQ(
+              std::memcmp(&lse[size_t(bh) * tc + t], &whole.lse[size_t(bh) * T + t0 + t], sizeof(float)), 0)
+              << "lse " << bh << "," << t0 + t;
+          chunked.lse[size_t(bh) * T + t0 + t] = lse[size_t(bh) * tc + t];
+        }
+      attention_backward(mrows(chunked.dq), chunked.dk.mut(), chunked.dv.mut(), rows(chunked.dout),
+                         rows(chunked.out), lse.data(), rows(chunked.q), chunked.k.view(), chunked.v.view(),
+                         dc, mc, chunked.scale);
+    }
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < H; ++h)
+          for (int c = 0; c < D; ++c) {
+            ASSERT_EQ(std::memcmp(&chunked.out.at(b, t, h, c), &whole.out.at(b, t, h, c), sizeof(float)), 0)
+                << "out " << b << "," << t << "," << h << "," << c;
+            ASSERT_EQ(std::memcmp(&chunked.dq.at(b, t, h, c), &whole.dq.at(b, t, h, c), sizeof(float)), 0)
+                << "dq " << b << "," << t << "," << h << "," << c;
+          }
+    Dense dk = Dense::of(whole.dk, B, T), dv = Dense::of(whole.dv, B, T);
+    for (size_t i = 0; i < dk.x.size(); ++i) {
+      dk.x[i] -= dk0.x[i];
+      dv.x[i] -= dv0.x[i];
+    }
+    expect_near_all(chunked.dk, dk, &dk0, B, T, 2e-5, 1e-4, "dk by query chunks");
+    expect_near_all(chunked.dv, dv, &dv0, B, T, 2e-5, 1e-4, "dv by query chunks");
   }
 }
 

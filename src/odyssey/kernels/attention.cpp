@@ -1,9 +1,14 @@
-// Blockwise (flash-attention 2) attention on the CPU, fp32 throughout.
+// Blockwise (flash-attention 2) attention on the CPU, fp32 throughout: the kernel behind
+// attention_forward / attention_backward. The algorithm and schedules are those of the reference
+// kernel (attention_reference.cpp); the tile products are attention_tiles.h's register-blocked
+// micro-tiles, sized for the ISA the build targets, and the tiles are 48 x 48.
 //
 // Forward: one task per (b, h, query block of kBlockQ rows); the task walks the key blocks its
 // queries can see, keeping a running max m and sum l per row (online softmax), and never holds more
 // than a [kBlockQ, kBlockK] tile of scores. Key blocks entirely above the causal diagonal are skipped;
-// the mask is applied only on blocks that straddle it (and on the ragged last key block).
+// the mask is applied only on blocks that straddle it (and on the ragged last key block). Tasks are
+// handed out largest first (the last query blocks under the causal mask), dynamically, so the causal
+// imbalance evens out across threads.
 //
 // Backward (flash-attention 2): with Delta_i = rowsum(dO_i * O_i) and the saved lse, each (query
 // block, key block) pair recomputes P = exp(S - lse) and gives
@@ -13,14 +18,8 @@
 //          products per pair, but only B * Hkv tasks;
 //   split: pass 1 over (b, kv head, key block) accumulates dK/dV, pass 2 over (b, h, query block)
 //          recomputes P and dS for dQ: 7 block products per pair, but plenty of tasks.
-// Both sum every gradient in the same order with the same operations, so the result is bitwise the
-// same whichever schedule and thread count run (tested).
-//
-// The block products are register-blocked micro-kernels over GCC vector extensions (16 floats, one
-// zmm with AVX-512, two ymm with AVX2). Measured on one core for a 64x64x64 S = Q K^T, O += P V pair:
-// these ~90 GFLOP/s, oneDNN's gemm (kernels/gemm.h) ~55 (its per-call overhead and primitive-cache
-// lock weigh at this size; bench_attention's block_gemm_onednn repeats that side). Tiles of 32 or 128
-// query rows measured within noise of 64.
+// Both sum every gradient in the same order with the same operations (no atomics, no reduction
+// across threads), so the result is bitwise the same whichever schedule and thread count run.
 #include "odyssey/kernels/attention.h"
 
 #include <omp.h>
@@ -28,151 +27,42 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <string_view>
 
 #include "odyssey/core/error.h"
-
-// The vector type below only lives inside inlined helpers; its ABI never crosses a call.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "odyssey/kernels/attention_tiles.h"
 
 namespace odyssey {
 namespace {
 
-constexpr int kBlockQ = 64;  // query rows per tile (a multiple of kRows)
-constexpr int kBlockK = 64;  // keys per tile: four 16-float vectors per score row
-constexpr int kVec = 16;
-constexpr int kKVecs = kBlockK / kVec;
-constexpr int kRows = 4;  // rows per micro-kernel call: 4 x 4 vector accumulators
+using namespace attention_tiles;
+
+// Tiles: multiples of the micro-tile rows (kMR) and of the vector width; 48 x 48 keeps a query
+// tile, its output and the key/value tiles of head size 128 within L1 + L2 of one core.
+constexpr int kBlockQ = 8 * kMR;
+constexpr int kBlockK = 8 * kMR;
+static_assert(kBlockK % kW == 0 && kBlockK % kMR == 0 && kBlockQ % kMR == 0);
+constexpr int kKVecs = kBlockK / kW;
+constexpr int kRows = kMR;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-using vf = float __attribute__((vector_size(kVec * sizeof(float))));
-
-inline vf load(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, vf v) {
-  std::memcpy(p, &v, sizeof v);
-}
-static_assert(kVec == 16);
-inline vf splat(float x) {  // one vbroadcastss (a lane loop or vf{} + x compile to more)
-  return vf{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-}
-inline vf vmax(vf a, vf b) {
-  return a > b ? a : b;
-}
-inline float hmax(vf v) {
-  float m = v[0];
-  for (int i = 1; i < kVec; ++i) m = std::max(m, v[i]);
-  return m;
-}
-inline float hsum(vf v) {
-  float s = 0.0f;
-  for (int i = 0; i < kVec; ++i) s += v[i];
-  return s;
-}
-
-// vexp (vec_math.h) on 16 lanes: the same range reduction and polynomial, so the same results.
-// Written on the vector type because `omp simd` loops over vexp compile to 256-bit vectors here
-// (g++ prefers them on AVX-512 parts) and score rows are exactly four 16-float vectors.
-inline vf vexp16(vf x) {
-  using vi = int32_t __attribute__((vector_size(kVec * sizeof(int32_t))));
-  const vf lo = splat(-87.33f), hi = splat(88.72f);
-  const vi underflow = x < lo;
-  x = x > hi ? hi : x;
-  x = x < lo ? lo : x;
-  const vf round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to the nearest integer
-  vf n = (x * splat(1.44269504088896341f) + round) - round;
-  vf r = (x - n * splat(0.693145751953125f)) - n * splat(1.42860682030941723212e-6f);
-  vf p = splat(1.0f / 5040.0f);
-  p = p * r + splat(1.0f / 720.0f);
-  p = p * r + splat(1.0f / 120.0f);
-  p = p * r + splat(1.0f / 24.0f);
-  p = p * r + splat(1.0f / 6.0f);
-  p = p * r + splat(0.5f);
-  p = p * r + splat(1.0f);
-  p = p * r + splat(1.0f);
-  vi ni = __builtin_convertvector(n, vi);
-  vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
-  vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
-  vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
-  vf y = p * scale_a * scale_b;
-  return underflow ? splat(0.0f) : y;
-}
 
 int64_t round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }
 
-// S[M, kBlockK] = A[M, :D] . Bt[D, kBlockK]; A has row stride lda. M is a multiple of kRows.
-// Used for S = Qs K^T (Bt = a transposed key block) and dP = dO V^T (Bt = a transposed value block).
-void abt(float* __restrict s, const float* __restrict a, int64_t lda, const float* __restrict bt, int D,
-         int M) {
-  for (int r0 = 0; r0 < M; r0 += kRows) {
-    const float* ar = a + r0 * lda;
-    vf acc[kRows][kKVecs] = {};
-    for (int d = 0; d < D; ++d) {
-      vf b[kKVecs];
-      for (int v = 0; v < kKVecs; ++v) b[v] = load(bt + d * kBlockK + v * kVec);
-      for (int r = 0; r < kRows; ++r) {
-        vf x = splat(ar[r * lda + d]);
-        for (int v = 0; v < kKVecs; ++v) acc[r][v] += x * b[v];
-      }
-    }
-    for (int r = 0; r < kRows; ++r)
-      for (int v = 0; v < kKVecs; ++v) store(s + (r0 + r) * kBlockK + v * kVec, acc[r][v]);
-  }
+// S[M, kBlockK] = A[M, :D] . Bt[D, kBlockK] (a transposed key or value block); M a multiple of kMR.
+// Used for S = Qs K^T and dP = dO V^T.
+inline void abt(float* s, const float* a, int64_t lda, const float* bt, int D, int M) {
+  product<false, false>(s, kBlockK, a, lda, bt, kBlockK, M, D, kBlockK);
 }
 
-// C[kRows, NV*16] += op(A)[kRows, K] . B[K, NV*16]. op(A)[r, k] is a[r * lda + k], or a[k * lda + r]
-// when TransA (P^T and dS^T are read from P and dS in place, never transposed).
-template <bool TransA, int NV>
-inline void ab_tile(float* __restrict c, int64_t ldc, const float* __restrict a, int64_t lda,
-                    const float* __restrict b, int64_t ldb, int K) {
-  vf acc[kRows][NV];
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = load(c + r * ldc + v * kVec);
-  for (int k = 0; k < K; ++k) {
-    vf bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = load(b + k * ldb + v * kVec);
-    for (int r = 0; r < kRows; ++r) {
-      vf x = splat(TransA ? a[k * lda + r] : a[r * lda + k]);
-      for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) store(c + r * ldc + v * kVec, acc[r][v]);
-}
-
-// C[M, W] += op(A)[M, K] . B[K, W] with W a multiple of 16 (the padded head size), in column chunks
-// of at most 4 vectors so the accumulators stay in registers.
+// C[M, W] += op(A)[M, K] . B[K, W], op(A) = A or A^T (see micro_tile).
 template <bool TransA>
-void ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int M, int K,
-        int W) {
-  for (int r0 = 0; r0 < M; r0 += kRows) {
-    float* cr = c + r0 * ldc;
-    const float* ar = TransA ? a + r0 : a + r0 * lda;
-    for (int c0 = 0; c0 < W; c0 += 4 * kVec) {
-      switch (std::min(4, (W - c0) / kVec)) {
-        case 1:
-          ab_tile<TransA, 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-        case 2:
-          ab_tile<TransA, 2>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-        case 3:
-          ab_tile<TransA, 3>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-        default:
-          ab_tile<TransA, 4>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-      }
-    }
-  }
+inline void ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int M, int K,
+               int W) {
+  product<TransA, true>(c, ldc, a, lda, b, ldb, M, K, W);
 }
 
 // Everything a task needs to know about the call, with the block geometry.
@@ -180,13 +70,13 @@ struct Geometry {
   AttentionDims dims;
   AttentionMask mask;
   int group;  // query heads per kv head
-  int Dp;     // head size padded to a multiple of 16
+  int Dp;     // head size padded to a multiple of the vector width kW
   int nqb, nkb;
   int64_t tq_pad, tk_pad;
 
   Geometry(AttentionDims d, AttentionMask m) : dims(d), mask(m) {
     group = d.H / d.Hkv;
-    Dp = static_cast<int>(round_up(d.D, kVec));
+    Dp = static_cast<int>(round_up(d.D, kW));
     nqb = (d.Tq + kBlockQ - 1) / kBlockQ;
     nkb = (d.Tk + kBlockK - 1) / kBlockK;
     tq_pad = int64_t{nqb} * kBlockQ;
@@ -330,7 +220,7 @@ void forward_task(const ForwardCtx& c, ForwardTiles& t, int b, int h, int qb) {
       float* s = t.s + i * kBlockK;
       vf x[kKVecs];
       vf mx = splat(-kInf);
-      for (int v = 0; v < kKVecs; ++v) mx = vmax(mx, x[v] = load(s + v * kVec));
+      for (int v = 0; v < kKVecs; ++v) mx = vmax(mx, x[v] = load(s + v * kW));
       float m_new = std::max(t.m[i], hmax(mx));
       if (m_new == -kInf) {  // nothing visible to this row yet
         std::fill(s, s + kBlockK, 0.0f);
@@ -338,8 +228,8 @@ void forward_task(const ForwardCtx& c, ForwardTiles& t, int b, int h, int qb) {
       }
       vf sum = {};
       for (int v = 0; v < kKVecs; ++v) {
-        vf e = vexp16(x[v] - splat(m_new));
-        store(s + v * kVec, e);
+        vf e = vexp(x[v] - splat(m_new));
+        store(s + v * kW, e);
         sum += e;
       }
       float alpha = std::exp(t.m[i] - m_new);  // 0 when m_old = -inf
@@ -416,8 +306,8 @@ void probs_and_dscores(const BackwardCtx& c, BackwardTiles& t, int b, int h, int
     float* p = t.p + i * kBlockK;
     float* ds = t.ds + i * kBlockK;
     const vf li = splat(lse[i]), di = splat(delta[i]);
-    for (int j = 0; j < kBlockK; j += kVec) {
-      vf e = vexp16(load(p + j) - li);
+    for (int j = 0; j < kBlockK; j += kW) {
+      vf e = vexp(load(p + j) - li);
       store(p + j, e);
       store(ds + j, e * (load(ds + j) - di));
     }
