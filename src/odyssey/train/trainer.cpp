@@ -19,6 +19,7 @@
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/gemm.h"
+#include "odyssey/model/gpt2.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/optim/schedule.h"
@@ -293,6 +294,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
   TrainResult result;
   result.steps = start_step;
+  // One micro-batch in flight: its activations, also used by validation.
+  std::unique_ptr<StageActivations> acts = model.make_activations();
   std::unique_ptr<BatchLoader> train_rows, val_rows;
   if (train_data)
     train_rows =
@@ -305,7 +308,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                                    : val_data->rows_per_epoch())
                : 0;
   auto validate = [&] {
-    return evaluate_distributed(model, *val_rows, val_row_count, dp.rank(), ranks, replicas);
+    return evaluate_distributed(model, *acts, *val_rows, val_row_count, dp.rank(), ranks, replicas);
   };
   const int Tl = train_rows ? train_rows->local_len() : T;  // tokens per row on this rank
   std::vector<int> inputs(size_t(tc.micro_batch) * Tl), targets(size_t(tc.micro_batch) * Tl);
@@ -325,8 +328,9 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       train_rows->load(step, micro, inputs.data(), targets.data());
       engine.begin_micro_step(micro == accum - 1);
       int64_t n = 0;
-      local.sum += model.forward_backward(inputs.data(), targets.data(), train_rows->positions(),
-                                          tc.micro_batch, Tl, dloss, &n);
+      model.forward(*acts, inputs.data(), targets.data(), train_rows->positions(), tc.micro_batch, Tl);
+      local.sum += model.loss(*acts, dloss, &n);
+      model.backward(*acts);
       local.count += n;
       engine.end_micro_step();
     }
@@ -339,7 +343,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     engine.step(adamw, lr, step + 1, scale);
     const double ms = timer.ms();
     const nlohmann::json comm = world.stats().to_json();
-    const MemoryReport memory = engine.memory();
+    MemoryReport memory = engine.memory();
+    memory.activations = acts->bytes() + model.attention_bytes();
     // Peak resident set size of this process and the largest over all ranks (after `comm` is read,
     // so this gather is not counted in the step's traffic).
     struct rusage usage {};
