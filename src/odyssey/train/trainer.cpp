@@ -19,7 +19,7 @@
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/gemm.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/optim/schedule.h"
@@ -144,9 +144,11 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const int ranks = dp.size();
   const int accum = tc.global_batch / (tc.micro_batch * ranks);
 
-  GPT2 model(config.model, false);
+  const Architecture& arch = architecture(config.model.arch);
+  const std::unique_ptr<Stage> stage = arch.make_model(config.model, false);
+  Stage& model = *stage;
   const ParamTable& table = model.table();
-  const size_t P = size_t(model.num_params());
+  const size_t P = size_t(table.total());
   ZeroOptions zo;
   zo.stage = pc.zero_stage;
   zo.bucket_mb = pc.bucket_mb;
@@ -234,7 +236,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                load_s);
   } else {
     FloatBuffer params(P);
-    init_parameters(params.data(), table, config.model, tc.seed);
+    arch.init(params.data(), table, config.model, tc.seed);
     engine.load(params.data(), nullptr, nullptr);
   }
 
@@ -268,7 +270,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                                    config.checkpoint.keep);
   };
 
-  const double flops_per_token = training_flops_per_token(config.model, T);
+  const double flops_per_token = arch.training_flops_per_token(config.model, T);
   // The MFU denominator: the fp32 GEMM rate this machine achieves. On a shared machine a single
   // measurement can land in a busy moment, so it is measured again at every validation and the best
   // rate seen is kept (MFU never rises above 1 because the first measurement was unlucky).
