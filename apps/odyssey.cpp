@@ -81,7 +81,8 @@ int cmd_eval(const std::string& checkpoint, const std::string& data, int batch, 
   BatchLoader loader(dataset, batch, batch, 0, 1, SequenceShard{});
   SingleCommunicator single("eval");
   Timer timer;
-  double loss = evaluate_distributed(*model, loader, uint64_t(rows), 0, 1, single);
+  auto acts = model->make_activations();
+  double loss = evaluate_distributed(*model, *acts, loader, uint64_t(rows), 0, 1, single);
   std::cout << nlohmann::json{{"loss", loss},
                               {"rows", rows},
                               {"tokens", rows * T},

@@ -27,6 +27,7 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/model/gpt2.h"
 #include "odyssey/parallel/zero.h"
 
 #include "odyssey/train/host_info.h"

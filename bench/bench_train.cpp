@@ -18,10 +18,10 @@
 // softmax cross-entropy; LM head, final norm, layers and embedding backward; attention_fwd/bwd are
 // the parts of layers_fwd/bwd spent in attention. -1: the model did not call that hook.
 //
-// --profile K additionally runs K steps (after the timed ones; the last is reported) as an op-by-op replica
-// of GPT2::forward_backward (model/gpt2.cpp) with a timer around every kernel call, and reports ms and
-// GFLOP/s per op and per kind (gemm, attention, layernorm, gelu, ...). The replica calls the same
-// kernels on the same shapes; its loss is checked against the model's.
+// --profile K additionally runs K steps (after the timed ones; the last is reported) through the model
+// itself with an OpObserver (model/op_observer.h) that times every kernel call the stage and its
+// blocks make, and reports ms and GFLOP/s per op and per kind (gemm, attention, layernorm, gelu, ...).
+// Its loss is checked against the model's.
 //
 // Usage: bench_train [--n-layer 12] [--n-head 12] [--d-model 768] [--seq-len 1024] [--vocab 50257]
 //                    [--batch 1] [--steps 3] [--warmup 1] [--threads 2] [--seed 1] [--profile 0]
@@ -41,15 +41,9 @@
 
 #include "odyssey/core/buffer.h"
 #include "odyssey/core/timer.h"
-#include "odyssey/kernels/attention.h"
-#include "odyssey/kernels/cross_entropy.h"
-#include "odyssey/kernels/elementwise.h"
-#include "odyssey/kernels/embedding.h"
-#include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/gemm.h"
-#include "odyssey/kernels/layernorm.h"
-#include "odyssey/kernels/linear.h"
 #include "odyssey/model/gpt2.h"
+#include "odyssey/model/op_observer.h"
 #include "odyssey/model/params.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
@@ -138,15 +132,16 @@ struct PhaseHooks : LayerHooks {
 struct TimedAttention : AttentionOp {
   LocalAttention inner;
   double fwd_ms = 0, bwd_ms = 0;
-  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override {
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+               AttentionSavedPtr& saved) override {
     double t = now_ms();
-    inner.forward(out, lse, qkv, B, T, H, D);
+    inner.forward(out, lse, qkv, B, T, H, D, saved);
     fwd_ms += now_ms() - t;
   }
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                int T, int H, int D) override {
+                int T, int H, int D, const AttentionSaved* saved) override {
     double t = now_ms();
-    inner.backward(dqkv, dout, out, lse, qkv, B, T, H, D);
+    inner.backward(dqkv, dout, out, lse, qkv, B, T, H, D, saved);
     bwd_ms += now_ms() - t;
   }
 };
@@ -173,16 +168,14 @@ GemmRate gemm_shape_gflops(int M, int N, int K, bool trans_b, bool with_bias, do
 }
 
 // ------------------------------------------------------------------------------------------------
-// Op-by-op profile: a replica of GPT2::run_forward / cross-entropy / run_backward (model/gpt2.cpp)
-// with a timer around every kernel call. linear_backward is split into its two GEMMs and the bias
-// column sum (the column sum is reproduced here, as linear.cpp does it) so each is timed alone.
+// Op-by-op profile: the model's own step with an observer timing every kernel call.
 
 struct OpStat {
   double ms = 0, cpu_ms = 0, flops = 0;
   int calls = 0;
 };
 
-class Profiler {
+class Profiler : public OpObserver {
   static json entry(const OpStat& s, int threads, double step_ms) {
     json o = {{"ms", s.ms}, {"cpu_ms", s.cpu_ms / threads}, {"pct", 100 * s.ms / step_ms}};
     if (s.flops > 0) {
@@ -193,16 +186,23 @@ class Profiler {
   }
 
  public:
-  template <typename F>
-  void run(const std::string& name, double flops, F&& f) {
-    double t = now_ms(), c = cpu_ms();
-    f();
-    OpStat& s = stats_[name];
-    s.ms += now_ms() - t;
-    s.cpu_ms += cpu_ms() - c;
-    s.flops += flops;
+  void begin_op(const char* name, double flops) override {
+    name_ = name;
+    flops_ = flops;
+    t_ = now_ms();
+    c_ = cpu_ms();
+  }
+  void end_op() override {
+    OpStat& s = stats_[name_];
+    s.ms += now_ms() - t_;
+    s.cpu_ms += cpu_ms() - c_;
+    s.flops += flops_;
     ++s.calls;
-    if (std::find(order_.begin(), order_.end(), name) == order_.end()) order_.push_back(name);
+    if (std::find(order_.begin(), order_.end(), name_) == order_.end()) order_.push_back(name_);
+  }
+  template <typename F>
+  void run(const char* name, F&& f) {
+    observed(this, name, 0, f);
   }
   // ms: wall time; cpu_ms: process CPU time over the op divided by the thread count, an estimate of
   // the op's time on an unshared machine (run with OMP_WAIT_POLICY=passive so that waiting threads
@@ -233,152 +233,31 @@ class Profiler {
  private:
   std::map<std::string, OpStat> stats_;
   std::vector<std::string> order_;
+  std::string name_;  // of the op being timed (ops do not nest)
+  double flops_ = 0, t_ = 0, c_ = 0;
 };
 
-void column_sum_accumulate(float* dbias, const float* dout, int N, int OC) {
-  constexpr int kBlock = 64;
-  const int blocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < blocks; ++blk) {
-    const int o0 = blk * kBlock;
-    const int width = std::min(kBlock, OC - o0);
-    double acc[kBlock] = {};
-    for (int n = 0; n < N; ++n) {
-      const float* row = dout + size_t(n) * OC + o0;
-#pragma omp simd
-      for (int j = 0; j < width; ++j) acc[j] += row[j];
-    }
-    for (int j = 0; j < width; ++j) dbias[o0 + j] += float(acc[j]);
-  }
-}
-
-// One profiled training step. Returns the mean loss.
-double profiled_step(Profiler& prof, GPT2& model, float* m, float* v, const int* inputs, const int* targets,
-                     int B, int T, int64_t step) {
-  const ModelConfig& c = model.config();
+// One profiled training step, the single-process step: zero the gradients, forward, loss and
+// backward (every kernel the model runs timed through its observer), then norm, clip and AdamW.
+// Returns the mean loss.
+double profiled_step(Profiler& prof, GPT2& model, StageActivations& acts, float* m, float* v,
+                     const int* inputs, const int* targets, int B, int T, int64_t step) {
   const ParamTable& tb = model.table();
-  const int N = B * T, C = c.d_model, H = c.n_head, D = c.head_dim(), V = c.vocab_size, L = c.n_layer;
-  const size_t NC = size_t(N) * C;
-  const float* p = model.params();
-  float* g = model.grads();
-  const double attn_fwd_flops = 2.0 * B * H * double(T) * T * D;  // QK^T and PV, causal half
-  auto lin_flops = [&](int in, int out) { return 2.0 * N * double(in) * out; };
-
-  // Activations, as Activations::allocate.
-  struct Layer {
-    FloatBuffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, res3;
-  };
-  std::vector<Layer> a(static_cast<size_t>(L));
-  for (auto& la : a) {
-    la.ln1.resize(NC), la.ln1_mean.resize(size_t(N)), la.ln1_rstd.resize(size_t(N));
-    la.qkv.resize(3 * NC), la.atty.resize(NC), la.lse.resize(size_t(B) * H * T), la.res2.resize(NC);
-    la.ln2.resize(NC), la.ln2_mean.resize(size_t(N)), la.ln2_rstd.resize(size_t(N));
-    la.fch.resize(4 * NC), la.fch_gelu.resize(4 * NC), la.res3.resize(NC);
-  }
-  const size_t Nz = static_cast<size_t>(N);
-  FloatBuffer encoded(NC), lnf(NC), lnf_mean(Nz), lnf_rstd(Nz), logits(Nz * size_t(V)), losses(Nz);
-  FloatBuffer dres(NC), dln(NC), datty(NC), dqkv(3 * NC), dfch(4 * NC), dfch_gelu(4 * NC);
-  std::vector<int> positions(static_cast<size_t>(N));
-  for (int i = 0; i < N; ++i) positions[size_t(i)] = i % T;
-  LocalAttention attention;
-  auto fwd = [&](const char* name, float* out, const float* in, const ParamInfo* w, const ParamInfo* b,
-                 int ic, int oc) {
-    prof.run(fmt::format("gemm.fwd.{}", name), lin_flops(ic, oc),
-             [&] { linear_forward(out, in, p + w->offset, b ? p + b->offset : nullptr, N, ic, oc); });
-  };
-  // linear_backward, split: dinp += dout W; dW += dout^T inp; db += colsum(dout).
-  auto bwd = [&](const char* name, float* dinp, const ParamInfo* w, const ParamInfo* b, const float* dout,
-                 const float* inp, int ic, int oc) {
-    prof.run(fmt::format("gemm.dinp.{}", name), lin_flops(ic, oc),
-             [&] { gemm(dinp, dout, p + w->offset, nullptr, N, ic, oc, false, false, true); });
-    prof.run(fmt::format("gemm.dweight.{}", name), lin_flops(ic, oc),
-             [&] { gemm(g + w->offset, dout, inp, nullptr, oc, ic, N, true, false, true); });
-    if (b) prof.run("bias_grad.colsum", 0, [&] { column_sum_accumulate(g + b->offset, dout, N, oc); });
-  };
-
-  prof.run("memset.zero_grads", 0, [&] { model.zero_grads(); });
-  // ---- forward
-  prof.run("embedding.fwd", 0, [&] {
-    embedding_forward(encoded.data(), inputs, positions.data(), p + tb.wte().offset, p + tb.wpe().offset, N,
-                      C);
-  });
-  for (int l = 0; l < L; ++l) {
-    const LayerParams& lp = tb.layer(l);
-    Layer& la = a[size_t(l)];
-    const float* x = l == 0 ? encoded.data() : a[size_t(l) - 1].res3.data();
-    prof.run("layernorm.fwd", 0, [&] {
-      layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), x, p + lp.ln1_w->offset,
-                        p + lp.ln1_b->offset, N, C);
-    });
-    fwd("qkv", la.qkv.data(), la.ln1.data(), lp.qkv_w, lp.qkv_b, C, 3 * C);
-    prof.run("attention.fwd", attn_fwd_flops,
-             [&] { attention.forward(la.atty.data(), la.lse.data(), la.qkv.data(), B, T, H, D); });
-    fwd("attn_proj", la.res2.data(), la.atty.data(), lp.attn_proj_w, lp.attn_proj_b, C, C);
-    prof.run("residual.add", 0, [&] { accumulate(la.res2.data(), x, NC); });
-    prof.run("layernorm.fwd", 0, [&] {
-      layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.res2.data(),
-                        p + lp.ln2_w->offset, p + lp.ln2_b->offset, N, C);
-    });
-    fwd("fc", la.fch.data(), la.ln2.data(), lp.fc_w, lp.fc_b, C, 4 * C);
-    prof.run("gelu.fwd", 0, [&] { gelu_forward(la.fch_gelu.data(), la.fch.data(), 4 * NC); });
-    fwd("fc_proj", la.res3.data(), la.fch_gelu.data(), lp.fc_proj_w, lp.fc_proj_b, 4 * C, C);
-    prof.run("residual.add", 0, [&] { accumulate(la.res3.data(), la.res2.data(), NC); });
-  }
-  prof.run("layernorm.fwd", 0, [&] {
-    layernorm_forward(lnf.data(), lnf_mean.data(), lnf_rstd.data(), a.back().res3.data(),
-                      p + tb.lnf_w().offset, p + tb.lnf_b().offset, N, C);
-  });
-  fwd("lm_head", logits.data(), lnf.data(), &tb.wte(), nullptr, C, V);
-  const float dloss = 1.0f / float(N);
-  prof.run("cross_entropy.fwd_bwd", 0,
-           [&] { cross_entropy_forward_backward(logits.data(), losses.data(), targets, N, V, dloss); });
-  double loss = 0;
-  for (int i = 0; i < N; ++i) loss += losses[size_t(i)];
-  // ---- backward
-  prof.run("memset.act_grads", 0, [&] { dln.zero(); });
-  bwd("lm_head", dln.data(), &tb.wte(), nullptr, logits.data(), lnf.data(), C, V);
-  prof.run("memset.act_grads", 0, [&] { dres.zero(); });
-  prof.run("layernorm.bwd", 0, [&] {
-    layernorm_backward(dres.data(), g + tb.lnf_w().offset, g + tb.lnf_b().offset, dln.data(),
-                       a.back().res3.data(), p + tb.lnf_w().offset, lnf_mean.data(), lnf_rstd.data(), N, C);
-  });
-  for (int l = L - 1; l >= 0; --l) {
-    const LayerParams& lp = tb.layer(l);
-    Layer& la = a[size_t(l)];
-    const float* x = l == 0 ? encoded.data() : a[size_t(l) - 1].res3.data();
-    prof.run("memset.act_grads", 0, [&] { dfch_gelu.zero(); });
-    bwd("fc_proj", dfch_gelu.data(), lp.fc_proj_w, lp.fc_proj_b, dres.data(), la.fch_gelu.data(), 4 * C, C);
-    prof.run("memset.act_grads", 0, [&] { dfch.zero(); });
-    prof.run("gelu.bwd", 0, [&] { gelu_backward(dfch.data(), la.fch.data(), dfch_gelu.data(), 4 * NC); });
-    prof.run("memset.act_grads", 0, [&] { dln.zero(); });
-    bwd("fc", dln.data(), lp.fc_w, lp.fc_b, dfch.data(), la.ln2.data(), C, 4 * C);
-    prof.run("layernorm.bwd", 0, [&] {
-      layernorm_backward(dres.data(), g + lp.ln2_w->offset, g + lp.ln2_b->offset, dln.data(), la.res2.data(),
-                         p + lp.ln2_w->offset, la.ln2_mean.data(), la.ln2_rstd.data(), N, C);
-    });
-    prof.run("memset.act_grads", 0, [&] { datty.zero(); });
-    bwd("attn_proj", datty.data(), lp.attn_proj_w, lp.attn_proj_b, dres.data(), la.atty.data(), C, C);
-    prof.run("memset.act_grads", 0, [&] { dqkv.zero(); });
-    prof.run("attention.bwd", 2 * attn_fwd_flops, [&] {
-      attention.backward(dqkv.data(), datty.data(), la.atty.data(), la.lse.data(), la.qkv.data(), B, T, H, D);
-    });
-    prof.run("memset.act_grads", 0, [&] { dln.zero(); });
-    bwd("qkv", dln.data(), lp.qkv_w, lp.qkv_b, dqkv.data(), la.ln1.data(), C, 3 * C);
-    prof.run("layernorm.bwd", 0, [&] {
-      layernorm_backward(dres.data(), g + lp.ln1_w->offset, g + lp.ln1_b->offset, dln.data(), x,
-                         p + lp.ln1_w->offset, la.ln1_mean.data(), la.ln1_rstd.data(), N, C);
-    });
-  }
-  prof.run("embedding.bwd", 0, [&] {
-    embedding_backward(g + tb.wte().offset, g + tb.wpe().offset, dres.data(), inputs, positions.data(), N, C);
-  });
+  const int N = B * T;
+  prof.run("memset.zero_grads", [&] { model.zero_grads(); });
+  model.set_observer(&prof);
+  model.forward(acts, inputs, targets, nullptr, B, T);
+  const double loss = model.loss(acts, 1.0f / float(N), nullptr);
+  model.backward(acts);
+  model.set_observer(nullptr);
   // ---- optimizer
   const size_t P = size_t(model.num_params());
+  float* g = model.grads();
   double norm = 0;
-  prof.run("optim.grad_norm", 0, [&] { norm = std::sqrt(sum_of_squares(g, P)); });
+  prof.run("optim.grad_norm", [&] { norm = std::sqrt(sum_of_squares(g, P)); });
   const float scale = clip_scale(norm, 1.0f);
   AdamWConfig adamw;
-  prof.run("optim.adamw", 0, [&] {
+  prof.run("optim.adamw", [&] {
     for (const ParamInfo& t : tb.tensors())
       adamw_update(model.params() + t.offset, g + t.offset, m + t.offset, v + t.offset, size_t(t.numel),
                    adamw, adamw.lr, step, scale, t.weight_decay);
@@ -487,7 +366,7 @@ int main(int argc, char** argv) {
   const double gemm_gflops_cpu = median(gemm_rates_cpu);
   json out = {
       {"engine", "odyssey"},
-      {"host", odyssey::host_json(args.threads)},
+      {"host", host_json(args.threads)},
       {"config",
        {{"n_layer", args.n_layer},
         {"n_head", args.n_head},
@@ -535,7 +414,7 @@ int main(int argc, char** argv) {
   if (args.profile) {
     model.set_hooks(nullptr);
     model.set_attention(nullptr);
-    // Reference loss on fixed tokens through the model, then the same tokens through the replica.
+    // Reference loss on fixed tokens through the model, then the same tokens through the profiled step.
     fill_tokens();
     int64_t count = 0;
     model.zero_grads();
@@ -543,15 +422,16 @@ int main(int argc, char** argv) {
     // --profile K: K profiled steps, the last one reported (the first pays page faults of its buffers).
     json report;
     double prof_loss = 0;
+    auto acts = model.make_activations();
     for (int k = 0; k < args.profile; ++k) {
       Profiler prof;
       double t0 = now_ms();
-      double l = profiled_step(prof, model, m.data(), v.data(), inputs.data(), targets.data(), B, T,
+      double l = profiled_step(prof, model, *acts, m.data(), v.data(), inputs.data(), targets.data(), B, T,
                                args.warmup + args.steps + 1 + k);
       if (k == 0) prof_loss = l;  // before its own update: comparable with the model's loss
       report = prof.report(now_ms() - t0, args.threads);
     }
-    report["loss_replica"] = prof_loss;
+    report["loss_profiled"] = prof_loss;
     report["loss_model"] = model_loss;
     out["profile"] = report;
   }

@@ -95,13 +95,15 @@ Errors run_case(const Case& c, Bytes* bytes = nullptr) {
   Communicator& w = world();
   w.barrier();
   w.stats().reset();
-  op.forward(out_l.data(), lse_l.data(), qkv_l.data(), B, Tl, H, D);
+  AttentionSavedPtr saved;
+  op.forward(out_l.data(), lse_l.data(), qkv_l.data(), B, Tl, H, D, saved);
   if (bytes) {
     bytes->a2a_fwd = w.stats().bytes(CommKind::all_to_all);
     bytes->p2p_fwd = w.stats().bytes(CommKind::send_recv);
   }
   w.stats().reset();
-  op.backward(dqkv_l.data(), dout_l.data(), out_l.data(), lse_l.data(), qkv_l.data(), B, Tl, H, D);
+  op.backward(dqkv_l.data(), dout_l.data(), out_l.data(), lse_l.data(), qkv_l.data(), B, Tl, H, D,
+              saved.get());
   if (bytes) {
     bytes->a2a_bwd = w.stats().bytes(CommKind::all_to_all);
     bytes->p2p_bwd = w.stats().bytes(CommKind::send_recv);
@@ -252,7 +254,10 @@ TEST(SpAttention, ImpossibleLayoutsAreClearErrors) {
     ProcessGrid grid(world(), {.sp_ulysses = world().size()});
     SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring());
     std::vector<float> qkv(2 * 3 * 5 * 4), out(2 * 5 * 4), lse(2 * 5);
-    EXPECT_NE(message([&] { op.forward(out.data(), lse.data(), qkv.data(), 1, 2, 5, 4); }).find("sp_ulysses"),
+    AttentionSavedPtr saved;
+    EXPECT_NE(message([&] {
+                op.forward(out.data(), lse.data(), qkv.data(), 1, 2, 5, 4, saved);
+              }).find("sp_ulysses"),
               std::string::npos);
   }
 }

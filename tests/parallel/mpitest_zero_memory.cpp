@@ -7,6 +7,7 @@
 
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
+#include "odyssey/model/gpt2.h"
 #include "odyssey/parallel/zero.h"
 
 using namespace odyssey;

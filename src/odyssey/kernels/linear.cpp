@@ -14,11 +14,9 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   gemm(out, inp, weight, bias, N, OC, C, false, true, false);
 }
 
-namespace {
-
 // dbias [OC] += column sums of dout [N, OC]. Threads own blocks of columns and walk all rows, so each
 // sum has one fixed order (deterministic, no atomics); the block is a row of independent lanes.
-void column_sum_accumulate(float* dbias, const float* dout, int N, int OC) {
+void linear_backward_bias(float* dbias, const float* dout, int N, int OC) {
   constexpr int kBlock = 64;
   const int blocks = (OC + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -35,15 +33,19 @@ void column_sum_accumulate(float* dbias, const float* dout, int N, int OC) {
   }
 }
 
-}  // namespace
+void linear_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
+  gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, true);
+}
+
+void linear_backward_weight(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
+  gemm(dweight, dout, inp, nullptr, OC, C, N, true, false, true);
+}
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
-  // dinp [N, C] += dout [N, OC] @ weight [OC, C]
-  if (dinp) gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, true);
-  // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]
-  gemm(dweight, dout, inp, nullptr, OC, C, N, true, false, true);
-  if (dbias) column_sum_accumulate(dbias, dout, N, OC);
+  if (dinp) linear_backward_input(dinp, dout, weight, N, C, OC);
+  linear_backward_weight(dweight, dout, inp, N, C, OC);
+  if (dbias) linear_backward_bias(dbias, dout, N, OC);
 }
 
 }  // namespace odyssey

@@ -9,8 +9,16 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int OC);
 
 // Accumulates: dinp [N, C] += dout W; dweight [OC, C] += dout^T inp; dbias [OC] += sum_n dout.
-// dinp or dbias may be null (not needed).
+// dinp or dbias may be null (not needed). Exactly the three calls below, in this order.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
+
+// The pieces of linear_backward, for callers that time each one (the block's op observer).
+// dinp [N, C] += dout [N, OC] @ weight [OC, C]
+void linear_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC);
+// dweight [OC, C] += dout^T [OC, N] @ inp [N, C]
+void linear_backward_weight(float* dweight, const float* dout, const float* inp, int N, int C, int OC);
+// dbias [OC] += column sums of dout [N, OC], in a fixed order (deterministic).
+void linear_backward_bias(float* dbias, const float* dout, int N, int OC);
 
 }  // namespace odyssey

@@ -6,48 +6,63 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
-#include "odyssey/kernels/elementwise.h"
 #include "odyssey/kernels/embedding.h"
-#include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/layernorm.h"
 #include "odyssey/kernels/linear.h"
 
 namespace odyssey {
 
-KVCacheEngine::KVCacheEngine(const GPT2& model)
+KVCacheEngine::KVCacheEngine(const Stage& model)
     : model_(model),
       ctx_(model.config().seq_len),
       C_(model.config().d_model),
       H_(model.config().n_head),
       V_(model.config().vocab_size),
-      n_layer_(model.config().n_layer) {
+      n_layer_(model.config().n_layer),
+      layers_(size_t(model.config().n_layer)) {
+  ODY_CHECK(model.config().arch == "gpt2", "the KV cache runs the GPT-2 block; model.arch is '{}'",
+            model.config().arch);
   const size_t T = size_t(ctx_), C = size_t(C_);
   cached_.resize(T);
-  k_.resize(size_t(n_layer_));
-  v_.resize(size_t(n_layer_));
-  for (int l = 0; l < n_layer_; ++l) {
-    k_[size_t(l)].resize(T * C);
-    v_[size_t(l)].resize(T * C);
+  for (CachedAttention& l : layers_) {
+    l.k.resize(T * C);
+    l.v.resize(T * C);
   }
   tokens_.resize(T);
   positions_.resize(T);
   x_.resize(T * C);
-  ln_.resize(T * C);
-  mean_.resize(T);
-  rstd_.resize(T);
-  qkv_.resize(T * 3 * C);
-  atty_.resize(T * C);
-  proj_.resize(T * C);
-  lse_.resize(size_t(H_) * T);
-  fch_.resize(T * 4 * C);
+  acts_.allocate(model.config(), 1, ctx_, true);
+  ln_.resize(C);
+  mean_.resize(1);
+  rstd_.resize(1);
   logits_.resize(size_t(V_));
 }
 
+void KVCacheEngine::CachedAttention::forward(float* out, float* lse, const float* qkv, int /*B = 1*/, int T,
+                                             int H, int D, AttentionSavedPtr& /*saved*/) {
+  const int C = H * D;
+  // Append this chunk's k and v rows (qkv [T, 3C] = q | k | v) to the cache [ctx, C].
+  for (int i = 0; i < T; ++i) {
+    const float* row = qkv + size_t(i) * 3 * C;
+    std::memcpy(k.data() + size_t(start + i) * C, row + C, size_t(C) * sizeof(float));
+    std::memcpy(v.data() + size_t(start + i) * C, row + 2 * C, size_t(C) * sizeof(float));
+  }
+  // Queries at positions start.. against every cached key 0..start+T-1, causal.
+  const int Tk = start + T;
+  attention_forward({out, int64_t(T) * C, C}, lse, {qkv, int64_t(T) * 3 * C, 3 * C},
+                    {k.data(), int64_t(Tk) * C, C}, {v.data(), int64_t(Tk) * C, C}, {1, T, Tk, H, H, D},
+                    {MaskKind::causal, start, 0}, 1.0f / std::sqrt(float(D)));
+}
+
+void KVCacheEngine::CachedAttention::backward(float*, const float*, const float*, const float*, const float*,
+                                              int, int, int, int, const AttentionSaved*) {
+  ODY_CHECK(false, "the KV cache's attention is forward only");
+}
+
 size_t KVCacheEngine::bytes() const {
-  size_t total = cached_.bytes() + tokens_.bytes() + positions_.bytes() + x_.bytes() + ln_.bytes() +
-                 mean_.bytes() + rstd_.bytes() + qkv_.bytes() + atty_.bytes() + proj_.bytes() + lse_.bytes() +
-                 fch_.bytes() + logits_.bytes();
-  for (int l = 0; l < n_layer_; ++l) total += k_[size_t(l)].bytes() + v_[size_t(l)].bytes();
+  size_t total = cached_.bytes() + tokens_.bytes() + positions_.bytes() + x_.bytes() + acts_.bytes() +
+                 scratch_.bytes() + ln_.bytes() + mean_.bytes() + rstd_.bytes() + logits_.bytes();
+  for (const CachedAttention& l : layers_) total += l.k.bytes() + l.v.bytes();
   return total;
 }
 
@@ -76,7 +91,7 @@ const float* KVCacheEngine::step(int token) {
 }
 
 void KVCacheEngine::run(const int* tokens, int T) {
-  const int start = length_, C = C_, H = H_, D = C_ / H_, V = V_;
+  const int start = length_, V = V_;
   ODY_CHECK(T >= 1 && start + T <= ctx_, "kv cache: {} tokens at position {} exceed the context {}", T, start,
             ctx_);
   for (int i = 0; i < T; ++i) {
@@ -89,41 +104,20 @@ void KVCacheEngine::run(const int* tokens, int T) {
   std::memcpy(cached_.data() + start, tokens_.data(), size_t(T) * sizeof(int));
 
   // Through param(): a unit's storage may have been repointed (ZeRO-3 gathers).
-  auto w = [&](const ParamInfo& t) -> const float* { return model_.param(t); };
+  auto w = [&](const ParamInfo& t) { return model_.param(t); };
   const ParamTable& table = model_.table();
-  const size_t TC = size_t(T) * C;
-  float* x = x_.data();
-  embedding_forward(x, tokens_.data(), positions_.data(), w(table.wte()), w(table.wpe()), T, C);
+  embedding_forward(x_.data(), tokens_.data(), positions_.data(), w(table.wte()), w(table.wpe()), T, C_);
   for (int l = 0; l < n_layer_; ++l) {
-    const LayerParams& lp = table.layer(l);
-    float* kc = k_[size_t(l)].data();
-    float* vc = v_[size_t(l)].data();
-    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x, w(*lp.ln1_w), w(*lp.ln1_b), T, C);
-    linear_forward(qkv_.data(), ln_.data(), w(*lp.qkv_w), w(*lp.qkv_b), T, C, 3 * C);
-    // Append this chunk's k and v rows (qkv [T, 3C] = q | k | v) to the cache [ctx, C].
-    for (int i = 0; i < T; ++i) {
-      const float* row = qkv_.data() + size_t(i) * 3 * C;
-      std::memcpy(kc + size_t(start + i) * C, row + C, size_t(C) * sizeof(float));
-      std::memcpy(vc + size_t(start + i) * C, row + 2 * C, size_t(C) * sizeof(float));
-    }
-    // Queries at positions start.. against every cached key 0..start+T-1, causal.
-    const int Tk = start + T;
-    attention_forward({atty_.data(), int64_t(T) * C, C}, lse_.data(),
-                      {qkv_.data(), int64_t(T) * 3 * C, 3 * C}, {kc, int64_t(Tk) * C, C},
-                      {vc, int64_t(Tk) * C, C}, {1, T, Tk, H, H, D}, {MaskKind::causal, start, 0},
-                      1.0f / std::sqrt(float(D)));
-    linear_forward(proj_.data(), atty_.data(), w(*lp.attn_proj_w), w(*lp.attn_proj_b), T, C, C);
-    accumulate(x, proj_.data(), TC);
-    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), x, w(*lp.ln2_w), w(*lp.ln2_b), T, C);
-    linear_forward(fch_.data(), ln_.data(), w(*lp.fc_w), w(*lp.fc_b), T, C, 4 * C);
-    gelu_forward(fch_.data(), fch_.data(), TC * 4);
-    linear_forward(proj_.data(), fch_.data(), w(*lp.fc_proj_w), w(*lp.fc_proj_b), T, 4 * C, C);
-    accumulate(x, proj_.data(), TC);
+    CachedAttention& attention = layers_[size_t(l)];
+    attention.start = start;
+    gpt2_block_forward(acts_, x_.data(), resolve_layer(table.layer(l), w), attention, scratch_,
+                       {1, T, C_, H_});
+    std::swap(x_, acts_.residual3);  // the block's output is the next layer's input
   }
   // Only the last position's logits are needed: final LayerNorm and tied LM head on one row.
-  const float* last = x + size_t(T - 1) * C;
-  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(table.lnf_w()), w(table.lnf_b()), 1, C);
-  linear_forward(logits_.data(), ln_.data(), w(table.wte()), nullptr, 1, C, V);
+  const float* last = x_.data() + size_t(T - 1) * C_;
+  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(table.lnf_w()), w(table.lnf_b()), 1, C_);
+  linear_forward(logits_.data(), ln_.data(), w(table.wte()), nullptr, 1, C_, V_);
   length_ = start + T;
 }
 

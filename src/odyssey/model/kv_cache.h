@@ -3,10 +3,12 @@
 // values of every earlier position, so the prefix is never recomputed.
 //
 // The engine reads the model's parameters (model.param(tensor)) at every call and owns
-// only the cache and scratch: K and V [n_layer][ctx, C] plus activations for up to ctx tokens, all
-// allocated once in the constructor (no allocation per token in this class; the attention kernel
-// keeps its own per-call scratch). It computes exactly what GPT2::forward computes for the cached
-// window (same kernels), but the LM head only for the last position.
+// only the cache and scratch: K and V [n_layer][ctx, C] plus one layer's activations for up to ctx
+// tokens, all allocated once in the constructor (no allocation per token in this class; the attention
+// kernel keeps its own per-call scratch). Its layers are the model's block (gpt2_block.h) with a
+// cached attention op that appends each chunk's K and V and attends over the whole cache, so it
+// computes exactly what GPT2::forward computes for the cached window, but the LM head only for the
+// last position.
 //
 // Context full (ctx = model.seq_len): appending to a full cache SLIDES the window: the cache is reset
 // and the last ctx/2 cached tokens are re-prefilled at positions 0..ctx/2-1, then the new token is
@@ -21,7 +23,8 @@
 #include <vector>
 
 #include "odyssey/core/buffer.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/gpt2_block.h"
+#include "odyssey/model/stage.h"
 
 namespace odyssey {
 
@@ -29,7 +32,7 @@ class KVCacheEngine {
  public:
   // The model must outlive the engine; its parameters may change between calls (they are read at
   // each call), but then the cache is stale and prefill() must run again.
-  explicit KVCacheEngine(const GPT2& model);
+  explicit KVCacheEngine(const Stage& model);
 
   // Resets the cache and runs the prompt (n >= 1 tokens; only the last ctx are kept) as one batch.
   // Returns the logits [V] of the next token after the prompt, valid until the next call.
@@ -52,20 +55,30 @@ class KVCacheEngine {
   // Runs tokens[0..T) at positions length_..length_+T-1, appending their K and V to the cache.
   void run(const int* tokens, int T);
 
-  const GPT2& model_;
+  // One layer's attention against its cache [ctx, C] of keys and values: appends the chunk's k and v
+  // rows at position `start`, then attends from there over every cached key (forward only).
+  class CachedAttention : public AttentionOp {
+   public:
+    FloatBuffer k, v;  // [ctx, C]
+    int start = 0;
+    void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+                 AttentionSavedPtr& saved) override;
+    void backward(float*, const float*, const float*, const float*, const float*, int, int, int, int,
+                  const AttentionSaved*) override;
+  };
+
+  const Stage& model_;
   const int ctx_, C_, H_, V_, n_layer_;
   int length_ = 0;
   int64_t slides_ = 0;
-  IntBuffer cached_;                // [ctx] token ids in the cache (for re-prefill on a slide)
-  std::vector<FloatBuffer> k_, v_;  // per layer [ctx, C]
+  IntBuffer cached_;                     // [ctx] token ids in the cache (for re-prefill on a slide)
+  std::vector<CachedAttention> layers_;  // per layer: its K and V cache
   // Scratch for up to ctx tokens at once.
   IntBuffer tokens_, positions_;  // [ctx]
-  FloatBuffer x_;                 // [ctx, C] residual stream
-  FloatBuffer ln_, mean_, rstd_;  // [ctx, C], [ctx], [ctx]
-  FloatBuffer qkv_;               // [ctx, 3C]
-  FloatBuffer atty_, proj_;       // [ctx, C]
-  FloatBuffer lse_;               // [H, ctx]
-  FloatBuffer fch_;               // [ctx, 4C] (GELU in place)
+  FloatBuffer x_;                 // [ctx, C] residual stream (swapped with the block's output)
+  Gpt2LayerActs acts_;            // one layer's activations, reused by every layer
+  Gpt2BlockScratch scratch_;      // forward only: empty
+  FloatBuffer ln_, mean_, rstd_;  // [C], [1], [1]: the final norm of the last position
   FloatBuffer logits_;            // [V]
 };
 

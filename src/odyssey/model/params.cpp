@@ -65,10 +65,14 @@ ParamTable::ParamTable(const ModelConfig& c) {
   add("ln_f.weight", {C}, Init::ones);
   add("ln_f.bias", {C}, Init::zeros);
   unit_begin_.push_back(total_);
-  // Pointers are taken once the vector no longer grows.
+  // Pointers are taken once the vector no longer grows, by name (not by position in the table).
   for (int l = 0; l < c.n_layer; ++l) {
-    const ParamInfo* p = &tensors_[2 + size_t(l) * 12];
-    layers_.push_back({p, p + 1, p + 2, p + 3, p + 4, p + 5, p + 6, p + 7, p + 8, p + 9, p + 10, p + 11});
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto at = [&](const char* name) { return &find(h + name); };
+    layers_.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
+                       at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
+                       at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"),
+                       at("mlp.c_proj.bias")});
   }
 }
 

@@ -20,7 +20,15 @@ struct CommOptions {
   uint64_t seed = 0;             // stochastic rounding streams
 
   bool quantized() const { return weights != "none" || grads != "none" || hpz; }
+  // A gradient format that can reduce-scatter in two levels (intra-node, then inter-node): the config
+  // check, before the layout is known.
   bool two_level_grads() const { return grads == "tlq" || grads == "tlq_hs" || grads == "qgz"; }
+  // Whether it does on this layout: tlq and tlq_hs always (they need several nodes); qgz only with
+  // several nodes of several ranks, else ZeRO++'s gradient all-to-all is one level. The one rule ZeRO
+  // follows.
+  bool two_level_grads(int ranks_per_node, int nodes) const {
+    return grads == "tlq" || grads == "tlq_hs" || (grads == "qgz" && ranks_per_node > 1 && nodes > 1);
+  }
 };
 
 // The checks that need no communicator (config validation). Errors name the comm.* key.

@@ -31,7 +31,7 @@ std::vector<std::pair<int, int>> build_buckets(const ParamTable& table, int64_t 
   return buckets;
 }
 
-GradSync::GradSync(GPT2& model, Communicator& dp, const Partition& partition, const Options& options,
+GradSync::GradSync(Stage& model, Communicator& dp, const Partition& partition, const Options& options,
                    std::function<float*(int)> unit_params)
     : model_(model), dp_(dp), part_(partition), opt_(options), unit_params_(std::move(unit_params)) {
   ODY_CHECK(!opt_.pooled || (opt_.reduce_scatter && opt_.every_micro_step),

@@ -18,7 +18,7 @@
 
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/stage.h"
 #include "odyssey/parallel/shard.h"
 
 namespace odyssey {
@@ -42,7 +42,7 @@ class GradSync : public LayerHooks {
   };
   // The partition's segments are the buckets. unit_params(u) gives the storage of unit u's parameters
   // (set_unit_storage sets both). Not pooled: gradients live in a full buffer in the padded layout.
-  GradSync(GPT2& model, Communicator& dp, const Partition& partition, const Options& options,
+  GradSync(Stage& model, Communicator& dp, const Partition& partition, const Options& options,
            std::function<float*(int)> unit_params);
   ~GradSync() override;
 
@@ -73,7 +73,7 @@ class GradSync : public LayerHooks {
   void progress();
   void track(int64_t delta_bytes);
 
-  GPT2& model_;
+  Stage& model_;
   Communicator& dp_;
   const Partition& part_;
   Options opt_;

@@ -114,13 +114,15 @@ void RingAttention::check_dims(const AttentionDims& d) const {
       ring_.size(), d.Tq);
 }
 
-void RingAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) {
+void RingAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+                            AttentionSavedPtr& saved) {
+  saved.reset();  // backward reads the layer's own qkv, out and lse
   const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
   forward_heads(heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T), {B, T, T, H, f.Hkv, D});
 }
 
 void RingAttention::backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                             const float* qkv, int B, int T, int H, int D) {
+                             const float* qkv, int B, int T, int H, int D, const AttentionSaved* /*saved*/) {
   const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
   backward_heads(f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
                  heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),

@@ -26,7 +26,7 @@
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
 #include "odyssey/kernels/attention.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/attention_op.h"
 #include "odyssey/parallel/sequence_shard.h"
 
 namespace odyssey {
@@ -53,9 +53,10 @@ class RingAttention : public AttentionOp {
 
   // AttentionOp over this rank's Tl tokens (in the ring layout): qkv [B, Tl, (H + 2 Hkv) D],
   // out [B, Tl, H D], lse [B, H, Tl] in local token order.
-  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+               AttentionSavedPtr& saved) override;
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                int T, int H, int D) override;
+                int T, int H, int D, const AttentionSaved* saved) override;
 
   // The schedule on views (the hybrid runs it on Ulysses' head-sharded tensors). dims.Tq = dims.Tk =
   // Tl. out [B, Tl, H, D] and lse [B, H, Tl] are overwritten; backward accumulates dq, dk, dv.

@@ -62,15 +62,8 @@ UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAtt
   ODY_CHECK(n_kv_head >= 0, "Ulysses attention: n_kv_head {} is negative", n_kv_head);
 }
 
-size_t UlyssesAttention::saved_bytes() const {
-  size_t n = 0;
-  for (const auto& [key, s] : saved_) n += s.qkv.bytes() + s.out.bytes();
-  return n;
-}
-
 size_t UlyssesAttention::bytes() const {
-  return saved_bytes() + send_.bytes() + recv_.bytes() + dout_h_.bytes() + dqkv_h_.bytes() +
-         (inner_ ? inner_->bytes() : 0);
+  return send_.bytes() + recv_.bytes() + dout_h_.bytes() + dqkv_h_.bytes() + (inner_ ? inner_->bytes() : 0);
 }
 
 size_t UlyssesAttention::bytes_for(int B, int T, int H, int D, int n_layer) const {
@@ -83,7 +76,8 @@ size_t UlyssesAttention::bytes_for(int B, int T, int H, int D, int n_layer) cons
   return floats * sizeof(float) + (inner_ ? inner_->bytes_for_heads(B, U * T, int(Hl), int(Hkvl), D) : 0);
 }
 
-void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) {
+void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+                               AttentionSavedPtr& saved) {
   const int U = comm_.size(), Hkv = n_kv_head_ ? n_kv_head_ : H;
   const UlyssesHeads heads(H, Hkv, U);
   const int Hl = heads.local_heads(), Hkvl = heads.local_kv_heads(), Tf = U * T;
@@ -108,13 +102,9 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
       }
   comm_.all_to_all(send_.data(), recv_.data(), size_t(qkv_block), DType::f32);
 
-  // One shape at a time: a forward of another shape (evaluation after training, the activations
-  // reallocated at new addresses) drops what was saved for the old one, whose backward is done.
-  std::erase_if(saved_, [&](const auto& kv) {
-    const Saved& s = kv.second;
-    return s.B != B || s.T != T || s.H != H || s.D != D;
-  });
-  Saved& sv = saved_[lse];
+  // What an earlier forward of this layer saved is reused (its backward is done).
+  if (!dynamic_cast<Saved*>(saved.get())) saved = std::make_unique<Saved>();
+  Saved& sv = static_cast<Saved&>(*saved);
   sv.B = B, sv.T = T, sv.H = H, sv.D = D;
   if (sv.qkv.size() != size_t(U * qkv_block)) sv.qkv.resize(size_t(U * qkv_block));
   if (sv.out.size() != size_t(U * out_block)) sv.out.resize(size_t(U * out_block));
@@ -141,18 +131,19 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
 }
 
 void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*out*/, const float* lse,
-                                const float* /*qkv: saved head-sharded*/, int B, int T, int H, int D) {
+                                const float* /*qkv: saved head-sharded*/, int B, int T, int H, int D,
+                                const AttentionSaved* saved) {
   const int U = comm_.size(), Hkv = n_kv_head_ ? n_kv_head_ : H;
   const UlyssesHeads heads(H, Hkv, U);
   const int Hl = heads.local_heads(), Hkvl = heads.local_kv_heads(), Tf = U * T;
   const FusedQkv in{H, Hkv, D}, loc{Hl, Hkvl, D};
   const int64_t W = loc.width(), qkv_block = int64_t(B) * T * W, out_w = int64_t(Hl) * D,
                 out_block = int64_t(B) * T * out_w;
-  auto it = saved_.find(lse);
-  ODY_CHECK(
-      it != saved_.end() && it->second.B == B && it->second.T == T && it->second.H == H && it->second.D == D,
-      "Ulysses attention backward without the forward of this layer (B={}, T={}, H={}, D={})", B, T, H, D);
-  const Saved& sv = it->second;
+  const Saved* found = dynamic_cast<const Saved*>(saved);
+  ODY_CHECK(found && found->B == B && found->T == T && found->H == H && found->D == D,
+            "Ulysses attention backward without the forward of this layer (B={}, T={}, H={}, D={})", B, T, H,
+            D);
+  const Saved& sv = *found;
   ensure(send_, size_t(U * qkv_block));
   ensure(recv_, size_t(U * qkv_block));
   ensure(dout_h_, size_t(U * out_block));

@@ -17,10 +17,11 @@
 // rank's U Tl tokens and attention runs around the ring; without one it is the kernel, causal over
 // the whole row.
 //
-// State kept between forward and backward, per layer (keyed by the qkv pointer the model passes,
-// one buffer per layer): the head-sharded qkv and out, 4 B Tl C floats for MHA, so backward needs
-// only the dout and dqkv all-to-alls. The lse the model stores is this rank's HEAD-sharded
-// [B, H/U, U Tl] (same element count as [B, H, Tl]); only this op's backward reads it.
+// State kept between forward and backward, per layer, in the AttentionSaved the op returns into the
+// layer's activations (the caller owns it): the head-sharded qkv and out, 4 B Tl C floats for MHA, so
+// backward needs only the dout and dqkv all-to-alls (and not the layer's qkv: saves_qkv()). The lse
+// the model stores is this rank's HEAD-sharded [B, H/U, U Tl] (same element count as [B, H, Tl]);
+// only this op's backward reads it.
 //
 // Bytes per rank per layer (all-to-all bus bytes, (U-1)/U of each full buffer; h = H D,
 // h_kv' = U Hkv_l D — h_kv, or U D with replication):
@@ -29,11 +30,9 @@
 // = (U-1)/U * 4 N h / U per row of N tokens for MHA: constant when N and U grow together.
 #pragma once
 
-#include <unordered_map>
-
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/attention_op.h"
 #include "odyssey/parallel/ring_attention.h"
 
 namespace odyssey {
@@ -55,28 +54,26 @@ class UlyssesAttention : public AttentionOp {
   // ring attention over the head-sharded tensors (the hybrid), or null.
   UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr);
 
-  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+               AttentionSavedPtr& saved) override;
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                int T, int H, int D) override;
+                int T, int H, int D, const AttentionSaved* saved) override;
 
-  // Drops the saved head-sharded activations (e.g. when the batch shape changes for good).
-  void clear() { saved_.clear(); }
-  size_t saved_bytes() const;
   size_t bytes() const override;
   bool saves_qkv() const override { return true; }
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
 
  private:
-  struct Saved {
+  struct Saved : AttentionSaved {
     int B = 0, T = 0, H = 0, D = 0;
     FloatBuffer qkv, out;  // [B, U T, (H/U + 2 Hkv_l) D], [B, U T, H/U D]
+    size_t bytes() const override { return qkv.bytes() + out.bytes(); }
   };
 
   Communicator& comm_;
   int n_kv_head_;
   RingAttention* inner_;
-  std::unordered_map<const float*, Saved> saved_;  // by the layer's lse buffer (qkv may be shared)
-  FloatBuffer send_, recv_, dout_h_, dqkv_h_;      // scratch
+  FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
 };
 
 }  // namespace odyssey

@@ -18,14 +18,15 @@ SequenceParallelAttention::SequenceParallelAttention(Communicator& ulysses, Comm
   }
 }
 
-void SequenceParallelAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H,
-                                        int D) {
-  op_->forward(out, lse, qkv, B, T, H, D);
+void SequenceParallelAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+                                        AttentionSavedPtr& saved) {
+  op_->forward(out, lse, qkv, B, T, H, D, saved);
 }
 
 void SequenceParallelAttention::backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                                         const float* qkv, int B, int T, int H, int D) {
-  op_->backward(dqkv, dout, out, lse, qkv, B, T, H, D);
+                                         const float* qkv, int B, int T, int H, int D,
+                                         const AttentionSaved* saved) {
+  op_->backward(dqkv, dout, out, lse, qkv, B, T, H, D, saved);
 }
 
 SequenceShard SequenceParallelAttention::shard() const {

@@ -19,7 +19,7 @@
 #include <memory>
 
 #include "odyssey/comm/communicator.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/attention_op.h"
 #include "odyssey/parallel/ring_attention.h"
 #include "odyssey/parallel/sequence_shard.h"
 #include "odyssey/parallel/ulysses.h"
@@ -38,9 +38,10 @@ class SequenceParallelAttention : public AttentionOp {
   // ulysses, ring: the grid's sp_ulysses and sp_ring groups (not owned; must outlive the op).
   SequenceParallelAttention(Communicator& ulysses, Communicator& ring, SpAttentionOptions options = {});
 
-  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D) override;
+  void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+               AttentionSavedPtr& saved) override;
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                int T, int H, int D) override;
+                int T, int H, int D, const AttentionSaved* saved) override;
 
   size_t bytes() const override { return op_->bytes(); }
   bool saves_qkv() const override { return op_->saves_qkv(); }

@@ -28,12 +28,11 @@ nlohmann::json CommTraffic::per_param_json(int64_t params) const {
           {"grads_inter", grads_inter / n}};
 }
 
-ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options)
+ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options)
     : model_(model), dp_(dp), opt_(options) {
   ODY_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             opt_.stage);
-  ODY_CHECK(model.params() == nullptr,
-            "ZeRO: the model must be built without storage (allocate_storage=false)");
+  ODY_CHECK(!model.owns_storage(), "ZeRO: the model must be built without storage (allocate_storage=false)");
   const ParamTable& table = model.table();
   const int64_t bucket_bytes = opt_.stage == 3 ? 0 : int64_t(opt_.bucket_mb * 1e6);
   // Stage 0 shards nothing: a one-rank partition makes "local" the whole (unpadded) buffer.
@@ -51,6 +50,7 @@ ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options
     NodeSplit nodes = split_nodes(dp, D);
     intra_ = std::move(nodes.intra);
     inter_ = std::move(nodes.inter);
+    two_level_grads_ = comm.two_level_grads(intra_->size(), inter_->size());
   }
   if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != "none")
     master_.resize(size_t(part_->local_total()));
@@ -58,7 +58,20 @@ ZeroEngine::ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options
   params_.resize(size_t(opt_.stage == 3 ? part_->local_total() : part_->padded_total()));
   m_.resize(size_t(part_->local_total()));
   v_.resize(size_t(part_->local_total()));
-  if (opt_.stage == 3) gathered_.resize(size_t(table.num_units()));
+  if (opt_.stage == 3) {
+    gathered_.resize(size_t(table.num_units()));
+    schedule_ = model.unit_schedule();
+    forward_uses_.assign(size_t(table.num_units()), {});
+    next_forward_.assign(size_t(table.num_units()), 0);
+    backward_use_.assign(size_t(table.num_units()), -1);
+    for (int i = 0; i < int(schedule_.size()); ++i) {
+      const UnitUse& use = schedule_[size_t(i)];
+      if (use.forward)
+        forward_uses_[size_t(use.unit)].push_back(i);
+      else
+        backward_use_[size_t(use.unit)] = i;
+    }
+  }
 
   GradSync::Options g;
   g.reduce_scatter = sharded;
@@ -148,37 +161,41 @@ void ZeroEngine::release_all() {
   for (int u = 0; u < int(gathered_.size()); ++u) release(u);
 }
 
-// Forward order: 0 (embeddings), 1..L, L+1 (final norm), 0 (LM head). Each use prefetches the next.
+int ZeroEngine::forward_use(int unit) const {
+  const std::vector<int>& uses = forward_uses_[size_t(unit)];
+  ODY_CHECK(!uses.empty(), "ZeRO-3: unit {} has no forward use in the model's schedule", unit);
+  return uses[size_t(next_forward_[size_t(unit)])];
+}
+
+void ZeroEngine::prefetch_after(int position) {
+  if (position + 1 < int(schedule_.size())) {
+    const UnitUse& next = schedule_[size_t(position) + 1];
+    gather_start(next.unit, next.forward);  // nothing when the unit is held
+  }
+}
+
 void ZeroEngine::before_forward(int unit) {
   if (opt_.stage < 3) return;
   acquire(unit);
   model_.set_unit_storage(unit, unit_params(unit), grads_->unit_grads(unit));
-  const int final_unit = model_.table().final_unit();
-  if (unit == 0 && !head_next_)
-    gather_start(1, true);
-  else if (unit == final_unit)
-    gather_start(0, true);
-  else if (unit != 0)
-    gather_start(unit + 1, true);
+  prefetch_after(forward_use(unit));
 }
 
 void ZeroEngine::after_forward(int unit) {
   if (opt_.stage < 3) return;
-  if (unit == 0 && head_next_) {
-    head_next_ = false;  // the LM head: keep unit 0 for its backward (and the embedding backward)
-    return;
-  }
-  release(unit);
-  if (unit == model_.table().final_unit()) head_next_ = true;
+  const int position = forward_use(unit);
+  int& next = next_forward_[size_t(unit)];
+  next = (next + 1) % int(forward_uses_[size_t(unit)].size());
+  // Kept when the unit's next use follows at once (GPT-2's LM head and its backward).
+  const bool kept = position + 1 < int(schedule_.size()) && schedule_[size_t(position) + 1].unit == unit;
+  if (!kept) release(unit);
 }
 
-// Backward order: 0 (LM head), L+1, L..1, then the embeddings with unit 0 still held.
 void ZeroEngine::before_backward(int unit) {
   if (opt_.stage == 3) {
     gather_start(unit, false);
     acquire(unit);
-    const int next = unit == 0 ? model_.table().final_unit() : unit - 1;
-    if (next >= 1) gather_start(next, false);
+    prefetch_after(backward_use_[size_t(unit)]);
   }
   grads_->before_backward(unit);
 }
@@ -190,7 +207,7 @@ void ZeroEngine::after_backward(int unit) {
 
 void ZeroEngine::load(const float* params, const float* m, const float* v, const float* weights) {
   release_all();
-  head_next_ = false;
+  std::fill(next_forward_.begin(), next_forward_.end(), 0);
   ODY_CHECK(weights == nullptr || master_.size(), "ZeRO: a weight replica given to an engine without one");
   if (opt_.stage == 3)
     part_->dense_to_local(params, params_.data());
@@ -301,9 +318,7 @@ void ZeroEngine::end_micro_step() {
 void ZeroEngine::reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment) {
   const uint32_t bucket = uint32_t(segment) + uint32_t(part_->segments().size()) * micro_;
   const RoundingKey key{opt_.comm.seed, grad_round_, uint32_t(dp_.rank()), bucket, 0};
-  const bool two_level = opt_.comm.grads == "tlq" || opt_.comm.grads == "tlq_hs" ||
-                         (opt_.comm.grads == "qgz" && intra_->size() > 1 && inter_->size() > 1);
-  if (two_level)
+  if (two_level_grads_)
     two_level_reduce_scatter(*intra_, *inter_, grad_intra_format_, grad_inter_format_, send, recv, S, key,
                              size_t(opt_.comm.grad_pipeline));
   else

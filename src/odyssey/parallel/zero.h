@@ -7,7 +7,9 @@
 //   3  parameters sharded too: the model has no full buffers; each unit is all-gathered into a working
 //      buffer before its forward and again before its backward, freed after use, the next unit
 //      prefetched; a unit's gradients are reduce-scattered into the shard in after_backward.
-// Unit 0 (wte + wpe) is used at both ends: it is gathered for the embeddings and released, gathered
+// Stage 3 follows the stage's unit schedule (Stage::unit_schedule): each use prefetches the unit of
+// the next use, and a unit whose next use follows at once is kept rather than released. For GPT-2,
+// unit 0 (wte + wpe) is used at both ends: it is gathered for the embeddings and released, gathered
 // again for the LM head and kept across the head's backward until the embedding backward is done —
 // two gathers per micro-step like every other unit, so ZeRO-3 moves 3 Ψ per micro-step.
 //
@@ -27,7 +29,7 @@
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/stage.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/data_parallel.h"
@@ -62,9 +64,9 @@ struct MemoryReport {
 
 class ZeroEngine : public LayerHooks {
  public:
-  // model must be built with allocate_storage=false; the engine owns its storage and installs itself
-  // as the model's hooks.
-  ZeroEngine(GPT2& model, Communicator& dp, const ZeroOptions& options);
+  // model must be built without storage (Stage::owns_storage); the engine owns its storage and
+  // installs itself as the model's hooks.
+  ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options);
   ~ZeroEngine() override;
 
   // Every rank passes the same full dense parameters (init or checkpoint) and moments (null: zero);
@@ -126,6 +128,8 @@ class ZeroEngine : public LayerHooks {
     uint64_t gather[2], reduce[2];  // [inter, intra]
   };
   float* unit_params(int unit);
+  int forward_use(int unit) const;  // the schedule position of unit's next forward use
+  void prefetch_after(int position);
   void gather_start(int unit, bool forward);
   void gather_weights_after_step(int64_t step);
   void reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
@@ -136,7 +140,7 @@ class ZeroEngine : public LayerHooks {
   void release_all();
   void track(int64_t delta);
 
-  GPT2& model_;
+  Stage& model_;
   Communicator& dp_;
   ZeroOptions opt_;
   std::unique_ptr<Partition> part_;
@@ -144,11 +148,16 @@ class ZeroEngine : public LayerHooks {
   FloatBuffer m_, v_;   // stage 0: full; stages >= 1: local
   std::unique_ptr<GradSync> grads_;
   std::vector<Gathered> gathered_;  // stage 3, per unit
-  bool head_next_ = false;          // stage 3: the next forward use of unit 0 is the LM head
+  // Stage 3: the model's unit schedule; per unit the positions of its forward uses (in order), which
+  // of them comes next, and the position of its backward use.
+  std::vector<UnitUse> schedule_;
+  std::vector<std::vector<int>> forward_uses_;
+  std::vector<int> next_forward_, backward_use_;
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
 
   // Compressed communication.
   std::unique_ptr<Communicator> intra_, inter_;  // the dp ranks on my node; those with my local index
+  bool two_level_grads_ = false;                 // CommOptions::two_level_grads on this layout
   FloatBuffer master_;                           // stages 1-2 with comm.weights: the fp32 master shard
   std::vector<FloatBuffer> secondary_;           // hpZ: per unit, my 1/D of it
   WireFormat weight_format_, grad_intra_format_, grad_inter_format_;

@@ -4,8 +4,8 @@
 
 namespace odyssey {
 
-double evaluate_distributed(GPT2& model, BatchLoader& loader, uint64_t rows, int dp_rank, int dp_size,
-                            Communicator& dp_sp) {
+double evaluate_distributed(Stage& model, StageActivations& acts, BatchLoader& loader, uint64_t rows,
+                            int dp_rank, int dp_size, Communicator& dp_sp) {
   const int B = loader.rows(), Tl = loader.local_len();
   std::vector<int> inputs(size_t(B) * Tl), targets(size_t(B) * Tl);
   // Partial sums as doubles (the count too: exact below 2^53), added in rank order by the all-reduce.
@@ -14,7 +14,8 @@ double evaluate_distributed(GPT2& model, BatchLoader& loader, uint64_t rows, int
   for (uint64_t first = 0; first < rows; first += per_round) {
     loader.load_rows(first + uint64_t(dp_rank) * uint64_t(B), rows, inputs.data(), targets.data());
     int64_t n = 0;
-    sums[0] += model.forward(inputs.data(), targets.data(), loader.positions(), B, Tl, &n);
+    model.forward(acts, inputs.data(), targets.data(), loader.positions(), B, Tl);
+    sums[0] += model.loss(acts, 0.0f, &n);
     sums[1] += double(n);
   }
   // Gathered rather than all-reduced so every rank adds the same numbers in the same order.

@@ -7,14 +7,15 @@
 #include <cstdint>
 
 #include "odyssey/comm/communicator.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/stage.h"
 #include "odyssey/train/batch_loader.h"
 
 namespace odyssey {
 
 // loader: built with this rank's dp rank/size and sequence shard; dp_sp: the group over which the
-// partial sums are added. Returns the mean token loss.
-double evaluate_distributed(GPT2& model, BatchLoader& loader, uint64_t rows, int dp_rank, int dp_size,
-                            Communicator& dp_sp);
+// partial sums are added; acts: the activations to run in (the trainer's, so validation allocates
+// none of its own). Returns the mean token loss.
+double evaluate_distributed(Stage& model, StageActivations& acts, BatchLoader& loader, uint64_t rows,
+                            int dp_rank, int dp_size, Communicator& dp_sp);
 
 }  // namespace odyssey

@@ -62,7 +62,7 @@ int sample_token(const float* logits, int V, float temperature, int top_k, float
   return ids[size_t(n) - 1];  // u * mass rounded up to the whole mass
 }
 
-std::vector<int> generate_tokens(GPT2& model, const std::vector<int>& prompt, const SamplingOptions& o,
+std::vector<int> generate_tokens(Stage& model, const std::vector<int>& prompt, const SamplingOptions& o,
                                  const std::function<void(int)>& on_token, GenerationStats* stats) {
   ODY_CHECK(!prompt.empty(), "generate: the prompt is empty (it must encode to at least one token)");
   ODY_CHECK(o.top_p > 0.0f && o.top_p <= 1.0f, "generate: top_p must be in (0, 1], got {}", o.top_p);

@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/stage.h"
 
 namespace odyssey {
 
@@ -43,7 +43,7 @@ int sample_token(const float* logits, int V, float temperature, int top_k, float
 // new token as it is produced (streaming). Stops after options.stop_token. Token i (from 0) is drawn
 // with u = philox_uniform(seed, 0, i), so the output is a function of (model, prompt, options).
 // Returns the new tokens; fills *stats when given.
-std::vector<int> generate_tokens(GPT2& model, const std::vector<int>& prompt, const SamplingOptions& options,
+std::vector<int> generate_tokens(Stage& model, const std::vector<int>& prompt, const SamplingOptions& options,
                                  const std::function<void(int)>& on_token = {},
                                  GenerationStats* stats = nullptr);
 

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "odyssey/checkpoint/sliced.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/core/zero_pages.h"
 
 namespace fs = std::filesystem;
 
@@ -117,7 +119,9 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
 CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table) {
   CheckpointState state = read_checkpoint_manifest(dir);
   const size_t P = size_t(table.total());
-  FloatBuffer params(P), m(P), v(P);
+  // Dense staging buffers whose untouched pages cost nothing: under ZeRO-3 a rank reads and keeps only
+  // its slices, so resuming holds a 1/dp share of the model state, not three dense copies.
+  ZeroPages params(P), m(P), v(P);
   if (state.format_version < 2) {
     load_checkpoint(dir, table, params.data(), m.data(), v.data());
     engine.load(params.data(), m.data(), v.data());
@@ -140,12 +144,12 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   }
   // The saved model-weight replica only under the layout that quantized it; otherwise (or when the
   // checkpoint has none) the replica is rebuilt from the master, one quantization error away.
-  FloatBuffer weights;
+  std::unique_ptr<ZeroPages> weights;
   if (engine.has_weight_replica()) {
     const auto saved = state.layout.find("weights_replica");
     if (has_replica && saved != state.layout.end() && *saved == engine.replica_layout()) {
-      weights.resize(P);
-      read_slices(dir, state, table, "weights", all, weights.data());
+      weights = std::make_unique<ZeroPages>(P);
+      read_slices(dir, state, table, "weights", all, weights->data());
     } else if (engine.partition().rank() == 0) {
       log_info("{}: {}; the model weights are rebuilt from the master weights (resume not bit-exact)", dir,
                has_replica ? "the saved model-weight replica was quantized under another layout"
@@ -153,7 +157,7 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
     }
   }
   engine.load(params.data(), has_moments ? m.data() : nullptr, has_moments ? v.data() : nullptr,
-              weights.size() ? weights.data() : nullptr);
+              weights ? weights->data() : nullptr);
   engine.set_completed_steps(state.step);
   return state;
 }

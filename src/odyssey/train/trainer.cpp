@@ -19,6 +19,7 @@
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/gemm.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/optim/schedule.h"
@@ -144,9 +145,11 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const int ranks = dp.size();
   const int accum = tc.global_batch / (tc.micro_batch * ranks);
 
-  GPT2 model(config.model, false);
+  const Architecture& arch = architecture(config.model.arch);
+  const std::unique_ptr<Stage> stage = arch.make_model(config.model, false);
+  Stage& model = *stage;
   const ParamTable& table = model.table();
-  const size_t P = size_t(model.num_params());
+  const size_t P = size_t(table.total());
   ZeroOptions zo;
   zo.stage = pc.zero_stage;
   zo.bucket_mb = pc.bucket_mb;
@@ -243,7 +246,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                load_s);
   } else {
     FloatBuffer params(P);
-    init_parameters(params.data(), table, config.model, tc.seed);
+    arch.init(params.data(), table, config.model, tc.seed);
     engine.load(params.data(), nullptr, nullptr);
   }
 
@@ -277,7 +280,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                                    config.checkpoint.keep);
   };
 
-  const double flops_per_token = training_flops_per_token(config.model, T);
+  const double flops_per_token = arch.training_flops_per_token(config.model, T);
   // The MFU denominator: the fp32 GEMM rate this machine achieves. On a shared machine a single
   // measurement can land in a busy moment, so it is measured again at every validation and the best
   // rate seen is kept (MFU never rises above 1 because the first measurement was unlucky).
@@ -304,6 +307,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
   TrainResult result;
   result.steps = start_step;
+  // One micro-batch in flight: its activations, also used by validation.
+  std::unique_ptr<StageActivations> acts = model.make_activations();
   std::unique_ptr<BatchLoader> train_rows, val_rows;
   if (train_data)
     train_rows =
@@ -316,7 +321,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                                    : val_data->rows_per_epoch())
                : 0;
   auto validate = [&] {
-    return evaluate_distributed(model, *val_rows, val_row_count, dp.rank(), ranks, replicas);
+    return evaluate_distributed(model, *acts, *val_rows, val_row_count, dp.rank(), ranks, replicas);
   };
   const int Tl = train_rows ? train_rows->local_len() : T;  // tokens per row on this rank
   std::vector<int> inputs(size_t(tc.micro_batch) * Tl), targets(size_t(tc.micro_batch) * Tl);
@@ -336,8 +341,9 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       train_rows->load(step, micro, inputs.data(), targets.data());
       engine.begin_micro_step(micro == accum - 1);
       int64_t n = 0;
-      local.sum += model.forward_backward(inputs.data(), targets.data(), train_rows->positions(),
-                                          tc.micro_batch, Tl, dloss, &n);
+      model.forward(*acts, inputs.data(), targets.data(), train_rows->positions(), tc.micro_batch, Tl);
+      local.sum += model.loss(*acts, dloss, &n);
+      model.backward(*acts);
       local.count += n;
       engine.end_micro_step();
     }
@@ -350,7 +356,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     engine.step(adamw, lr, step + 1, scale);
     const double ms = timer.ms();
     const nlohmann::json comm = world.stats().to_json();
-    const MemoryReport memory = engine.memory();
+    MemoryReport memory = engine.memory();
+    memory.activations = acts->bytes() + model.attention_bytes();
     // Peak resident set size of this process and the largest over all ranks (after `comm` is read,
     // so this gather is not counted in the step's traffic).
     struct rusage usage {};

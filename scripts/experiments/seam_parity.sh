@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Bitwise parity of a handful of tiny runs against a recorded baseline (issue 12: the model seam must
+# change no number). Records, per run, every metrics line's step, loss, grad_norm, val_loss and comm
+# bytes (timings dropped) and the sha256 of every checkpoint tensor file.
+#   seam_parity.sh record DIR   runs them and writes DIR/<run>.{metrics,sums}
+#   seam_parity.sh check DIR    runs them again and diffs against DIR (exit 1 on any difference)
+# Env: ODYSSEY (binary, default build/odyssey).
+set -uo pipefail
+mode="$1"
+base="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+ODYSSEY=${ODYSSEY:-$ROOT/build/odyssey}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$base"
+
+# Deterministic byte-level shards (as tests/cli/common.sh makes them).
+mkdir -p "$WORK/text"
+for i in 1 2 3 4 5 6 7 8; do
+  for j in $(seq 1 60); do echo "Document $i line $j: the quick brown fox jumps over the lazy dog."; done >"$WORK/text/doc$i.txt"
+done
+"$ODYSSEY" prepare --input "$WORK"/text/*.txt --output "$WORK/shards" --tokenizer bytes --val-fraction 0.25 --quiet >/dev/null
+cfg="$WORK/tiny.toml"
+sed -e "s|cache/brown/bytes|$WORK/shards|g" configs/tiny.toml >"$cfg"
+common=(--set train.steps=6 --set train.threads=1 --set data.shuffle=true --set train.eval_every=3 --set train.eval_rows=8)
+
+failures=0
+# run NAME NP ARGS...: trains into $WORK/NAME, then records or checks its numbers.
+run() {
+  local name="$1" np="$2"
+  shift 2
+  local launch=("$ODYSSEY")
+  [ "$np" -gt 1 ] && launch=(mpirun -np "$np" --oversubscribe "$ODYSSEY")
+  "${launch[@]}" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/$name" "$@" \
+    >"$WORK/$name.log" 2>&1 || { echo "FAIL $name: exit code ($(tail -n 3 "$WORK/$name.log"))"; failures=$((failures + 1)); return; }
+}
+record() {
+  local name="$1"
+  jq -c '{step, loss, grad_norm, val_loss, comm_bytes_per_param, comm: (.comm | del(.. | .time_ms?, .seconds?, .ms?))}' \
+    "$WORK/$name/metrics.jsonl" >"$WORK/$name.metrics"
+  (cd "$WORK/$name" && find . -name '*.safetensors' | sort | xargs sha256sum) >"$WORK/$name.sums"
+  if [ "$mode" = record ]; then
+    cp "$WORK/$name.metrics" "$WORK/$name.sums" "$base/"
+    echo "recorded $name: $(wc -l <"$WORK/$name.metrics") metrics lines, $(wc -l <"$WORK/$name.sums") tensor files"
+  else
+    if diff -q "$base/$name.metrics" "$WORK/$name.metrics" >/dev/null && diff -q "$base/$name.sums" "$WORK/$name.sums" >/dev/null; then
+      echo "ok: $name bitwise equal ($(wc -l <"$WORK/$name.metrics") steps, $(wc -l <"$WORK/$name.sums") tensor files)"
+    else
+      echo "FAIL $name differs:"
+      diff "$base/$name.metrics" "$WORK/$name.metrics" | head -6
+      diff "$base/$name.sums" "$WORK/$name.sums" | head -6
+      failures=$((failures + 1))
+    fi
+  fi
+}
+
+run single 1 && record single
+run dp4_zero3 4 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 && record dp4_zero3
+# Ulysses needs heads divisible by its degree: 4 heads of 10.
+run usp2x2_dp2 8 --set model.n_head=4 --set model.seq_len=40 --set train.global_batch=4 --set train.micro_batch=1 \
+  --set parallel.sp_ulysses=2 --set parallel.sp_ring=2 --set parallel.zero_stage=1 && record usp2x2_dp2
+run qwd_tlqhs 4 --set train.global_batch=8 --set train.micro_batch=1 --set parallel.zero_stage=2 \
+  --set comm.weights=qwd --set comm.grads=tlq_hs --set parallel.ranks_per_node=2 --set parallel.bucket_mb=0.05 &&
+  record qwd_tlqhs
+run resume 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 --set train.exit_after=3 &&
+  run resume 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 --set checkpoint.resume=true &&
+  record resume
+if [ $failures -ne 0 ]; then echo "$failures run(s) failed or differ"; exit 1; fi
+echo "all runs ${mode}ed"

@@ -1,0 +1,29 @@
+#include "odyssey/model/architecture.h"
+
+#include "odyssey/core/error.h"
+#include "odyssey/model/gpt2.h"
+
+namespace odyssey {
+
+namespace {
+
+std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, bool allocate_storage) {
+  return std::make_unique<GPT2>(config, allocate_storage);
+}
+
+const Architecture kArchitectures[] = {
+    {"gpt2", make_gpt2, init_parameters, training_flops_per_token, "gpt2"},
+};
+
+}  // namespace
+
+const Architecture& architecture(const std::string& name) {
+  std::string known;
+  for (const Architecture& a : kArchitectures) {
+    if (name == a.name) return a;
+    known += known.empty() ? a.name : std::string(", ") + a.name;
+  }
+  fail("model.arch: unknown architecture '{}' (supported: {})", name, known);
+}
+
+}  // namespace odyssey

@@ -1,0 +1,31 @@
+// The architecture registry: what the layers above the model need of an architecture, registered in
+// one place (model.arch names the entry). A second architecture (Llama) adds its parameter table,
+// initialisation, block and stage in its own files and one entry here.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "odyssey/model/config.h"
+#include "odyssey/model/params.h"
+#include "odyssey/model/stage.h"
+
+namespace odyssey {
+
+struct Architecture {
+  const char* name;
+  // The whole model as one stage; allocate_storage=false: no full buffers (Stage::owns_storage).
+  std::unique_ptr<Stage> (*make_model)(const ModelConfig& config, bool allocate_storage);
+  // Fills the flat parameters deterministically from seed, independent of any sharding.
+  void (*init)(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed);
+  // Model FLOPs per token of a training step at sequence length T (for MFU).
+  double (*training_flops_per_token)(const ModelConfig& config, int T);
+  // The Hugging Face model type its import/export adapter speaks (checkpoint/hf_<arch>.h).
+  const char* hf_model_type;
+};
+
+// The registered architecture called name; fails naming model.arch and the known ones.
+const Architecture& architecture(const std::string& name);
+
+}  // namespace odyssey

@@ -1,0 +1,104 @@
+// The model seam: what ZeRO, gradient sync, evaluation, generation and the trainer see of a model.
+//
+// A stage is a contiguous range of layers, with the embeddings and/or the LM head, of one
+// architecture (model/architecture.h). Its forward, loss and backward are separate calls over
+// activations the caller owns (make_activations(), one set per micro-batch in flight), so a schedule
+// can keep several micro-batches alive and the head + loss can be chunked without touching the rest.
+//
+// Parameters come in units (ParamTable): the granularity at which parallel code gathers parameters
+// and reduces gradients. A stage declares the order in which one micro-batch uses its units
+// (unit_schedule()) and calls its LayerHooks around every use, in that order; ZeRO-3 prefetches from
+// the schedule. Before a use, hooks may repoint the unit's storage (set_unit_storage), e.g. at
+// gathered parameters; after_backward(u) means unit u's gradients for this micro-batch are complete.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "odyssey/model/attention_op.h"
+#include "odyssey/model/config.h"
+#include "odyssey/model/op_observer.h"
+#include "odyssey/model/params.h"
+
+namespace odyssey {
+
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void before_forward(int /*unit*/) {}
+  virtual void after_forward(int /*unit*/) {}
+  virtual void before_backward(int /*unit*/) {}
+  virtual void after_backward(int /*unit*/) {}
+};
+
+// One use of a unit by a pass: its hooks are before_forward/after_forward (forward) or
+// before_backward/after_backward (backward).
+struct UnitUse {
+  int unit;
+  bool forward;
+  bool operator==(const UnitUse&) const = default;
+};
+
+// What a stage keeps of one micro-batch between its forward and its backward (per architecture).
+class StageActivations {
+ public:
+  virtual ~StageActivations() = default;
+  virtual size_t bytes() const = 0;  // what the attention op saved in the layers included
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParamTable& table() const = 0;
+  // False when the stage was built without full parameter/gradient buffers: every unit must then be
+  // given storage with set_unit_storage before use (ZeRO-3 keeps only shards).
+  virtual bool owns_storage() const = 0;
+  // Points unit u at other storage: params/grads hold the unit's range [unit_begin, unit_end).
+  virtual void set_unit_storage(int unit, float* params, float* grads) = 0;
+  // Where tensor t's parameters / gradients are now.
+  virtual float* param(const ParamInfo& t) const = 0;
+  virtual float* grad(const ParamInfo& t) const = 0;
+
+  // Null restores the default (local attention, no hooks, no observer).
+  virtual void set_attention(AttentionOp* op) = 0;
+  virtual void set_hooks(LayerHooks* hooks) = 0;
+  virtual void set_observer(OpObserver* observer) = 0;
+
+  // The unit uses of one micro-batch, forward then backward; hooks are called in exactly this order.
+  virtual const std::vector<UnitUse>& unit_schedule() const = 0;
+
+  virtual std::unique_ptr<StageActivations> make_activations() const = 0;
+  // inputs, targets: [B, T] token ids (target < 0: not counted); positions: [T] global positions of
+  // the T tokens (null: 0..T-1).
+  virtual void forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
+                       int B, int T) = 0;
+  // The sum of the token losses of the last forward (count: tokens counted). dloss > 0: also prepares
+  // backward, each token's loss weighted by dloss (1 / tokens in the optimizer step).
+  virtual double loss(StageActivations& acts, float dloss, int64_t* count) = 0;
+  // Gradients accumulate into the units' gradient storage.
+  virtual void backward(StageActivations& acts) = 0;
+  // Logits [B*T, V] of the last forward (valid after forward and a loss without dloss).
+  virtual const float* logits(const StageActivations& acts) const = 0;
+
+  // Memory: the activations of a micro-batch of B rows x T tokens and the attention op's scratch and
+  // saved tensors, without allocating (the memory check); and what the attention op holds now.
+  virtual size_t activation_bytes_for(int B, int T) const = 0;
+  virtual size_t attention_bytes() const = 0;
+
+  // Conveniences over the stage's own activations (one micro-batch in flight).
+  double forward(const int* inputs, const int* targets, const int* positions, int B, int T, int64_t* count);
+  double forward_backward(const int* inputs, const int* targets, const int* positions, int B, int T,
+                          float dloss, int64_t* count);
+  const float* logits() const { return own_ ? logits(*own_) : nullptr; }
+  size_t activation_bytes() const { return (own_ ? own_->bytes() : 0) + attention_bytes(); }
+
+ private:
+  StageActivations& own();
+  std::unique_ptr<StageActivations> own_;
+};
+
+}  // namespace odyssey
