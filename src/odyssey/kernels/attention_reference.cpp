@@ -24,590 +24,157 @@
 // query rows measured within noise of 64.
 #include "odyssey/kernels/attention_reference.h"
 
-#include <omp.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <memory>
-#include <string_view>
 
-#include "odyssey/core/error.h"
-
-// The vector type below only lives inside inlined helpers; its ABI never crosses a call.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "odyssey/kernels/attention_schedule.h"
 
 namespace odyssey {
 namespace {
 
-constexpr int kBlockQ = 64;  // query rows per tile (a multiple of kRows)
-constexpr int kBlockK = 64;  // keys per tile: four 16-float vectors per score row
-constexpr int kVec = 16;
-constexpr int kKVecs = kBlockK / kVec;
-constexpr int kRows = 4;  // rows per micro-kernel call: 4 x 4 vector accumulators
-constexpr float kInf = std::numeric_limits<float>::infinity();
+// The first kernel's tile products: 16-float vectors, 4-row micro-kernels, 64 x 64 tiles.
+struct ReferenceTiles {
+  static constexpr int kBlockQ = 64;  // query rows per tile (a multiple of kRows)
+  static constexpr int kBlockK = 64;  // keys per tile: four 16-float vectors per score row
+  static constexpr int kW = 16;
+  static constexpr int kKVecs = kBlockK / kW;
+  static constexpr int kRows = 4;  // rows per micro-kernel call: 4 x 4 vector accumulators
 
-using vf = float __attribute__((vector_size(kVec * sizeof(float))));
+  using vf = float __attribute__((vector_size(kW * sizeof(float))));
 
-inline vf load(const float* p) {
-  vf v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store(float* p, vf v) {
-  std::memcpy(p, &v, sizeof v);
-}
-static_assert(kVec == 16);
-inline vf splat(float x) {  // one vbroadcastss (a lane loop or vf{} + x compile to more)
-  return vf{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
-}
-inline vf vmax(vf a, vf b) {
-  return a > b ? a : b;
-}
-inline float hmax(vf v) {
-  float m = v[0];
-  for (int i = 1; i < kVec; ++i) m = std::max(m, v[i]);
-  return m;
-}
-inline float hsum(vf v) {
-  float s = 0.0f;
-  for (int i = 0; i < kVec; ++i) s += v[i];
-  return s;
-}
+  static vf load(const float* p) {
+    vf v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
+  static_assert(kW == 16);
+  static vf splat(float x) {  // one vbroadcastss (a lane loop or vf{} + x compile to more)
+    return vf{x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x};
+  }
+  static vf vmax(vf a, vf b) { return a > b ? a : b; }
+  static float hmax(vf v) {
+    float m = v[0];
+    for (int i = 1; i < kW; ++i) m = std::max(m, v[i]);
+    return m;
+  }
+  static float hsum(vf v) {
+    float s = 0.0f;
+    for (int i = 0; i < kW; ++i) s += v[i];
+    return s;
+  }
 
-// vexp (vec_math.h) on 16 lanes: the same range reduction and polynomial, so the same results.
-// Written on the vector type because `omp simd` loops over vexp compile to 256-bit vectors here
-// (g++ prefers them on AVX-512 parts) and score rows are exactly four 16-float vectors.
-inline vf vexp16(vf x) {
-  using vi = int32_t __attribute__((vector_size(kVec * sizeof(int32_t))));
-  const vf lo = splat(-87.33f), hi = splat(88.72f);
-  const vi underflow = x < lo;
-  x = x > hi ? hi : x;
-  x = x < lo ? lo : x;
-  const vf round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to the nearest integer
-  vf n = (x * splat(1.44269504088896341f) + round) - round;
-  vf r = (x - n * splat(0.693145751953125f)) - n * splat(1.42860682030941723212e-6f);
-  vf p = splat(1.0f / 5040.0f);
-  p = p * r + splat(1.0f / 720.0f);
-  p = p * r + splat(1.0f / 120.0f);
-  p = p * r + splat(1.0f / 24.0f);
-  p = p * r + splat(1.0f / 6.0f);
-  p = p * r + splat(0.5f);
-  p = p * r + splat(1.0f);
-  p = p * r + splat(1.0f);
-  vi ni = __builtin_convertvector(n, vi);
-  vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
-  vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
-  vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
-  vf y = p * scale_a * scale_b;
-  return underflow ? splat(0.0f) : y;
-}
+  // vexp (vec_math.h) on 16 lanes: the same range reduction and polynomial, so the same results.
+  // Written on the vector type because `omp simd` loops over vexp compile to 256-bit vectors here
+  // (g++ prefers them on AVX-512 parts) and score rows are exactly four 16-float vectors.
+  static vf vexp(vf x) {
+    using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
+    const vf lo = splat(-87.33f), hi = splat(88.72f);
+    const vi underflow = x < lo;
+    x = x > hi ? hi : x;
+    x = x < lo ? lo : x;
+    const vf round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to the nearest integer
+    vf n = (x * splat(1.44269504088896341f) + round) - round;
+    vf r = (x - n * splat(0.693145751953125f)) - n * splat(1.42860682030941723212e-6f);
+    vf p = splat(1.0f / 5040.0f);
+    p = p * r + splat(1.0f / 720.0f);
+    p = p * r + splat(1.0f / 120.0f);
+    p = p * r + splat(1.0f / 24.0f);
+    p = p * r + splat(1.0f / 6.0f);
+    p = p * r + splat(0.5f);
+    p = p * r + splat(1.0f);
+    p = p * r + splat(1.0f);
+    vi ni = __builtin_convertvector(n, vi);
+    vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
+    vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
+    vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
+    vf y = p * scale_a * scale_b;
+    return underflow ? splat(0.0f) : y;
+  }
 
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
+  // S[M, kBlockK] = A[M, :D] . Bt[D, kBlockK]; A has row stride lda. M is a multiple of kRows.
+  // Used for S = Qs K^T (Bt = a transposed key block) and dP = dO V^T (Bt = a transposed value block).
+  static void abt(float* __restrict s, const float* __restrict a, int64_t lda, const float* __restrict bt,
+                  int D, int M) {
+    for (int r0 = 0; r0 < M; r0 += kRows) {
+      const float* ar = a + r0 * lda;
+      vf acc[kRows][kKVecs] = {};
+      for (int d = 0; d < D; ++d) {
+        vf b[kKVecs];
+        for (int v = 0; v < kKVecs; ++v) b[v] = load(bt + d * kBlockK + v * kW);
+        for (int r = 0; r < kRows; ++r) {
+          vf x = splat(ar[r * lda + d]);
+          for (int v = 0; v < kKVecs; ++v) acc[r][v] += x * b[v];
+        }
+      }
+      for (int r = 0; r < kRows; ++r)
+        for (int v = 0; v < kKVecs; ++v) store(s + (r0 + r) * kBlockK + v * kW, acc[r][v]);
+    }
+  }
 
-// S[M, kBlockK] = A[M, :D] . Bt[D, kBlockK]; A has row stride lda. M is a multiple of kRows.
-// Used for S = Qs K^T (Bt = a transposed key block) and dP = dO V^T (Bt = a transposed value block).
-void abt(float* __restrict s, const float* __restrict a, int64_t lda, const float* __restrict bt, int D,
-         int M) {
-  for (int r0 = 0; r0 < M; r0 += kRows) {
-    const float* ar = a + r0 * lda;
-    vf acc[kRows][kKVecs] = {};
-    for (int d = 0; d < D; ++d) {
-      vf b[kKVecs];
-      for (int v = 0; v < kKVecs; ++v) b[v] = load(bt + d * kBlockK + v * kVec);
+  // C[kRows, NV*16] += op(A)[kRows, K] . B[K, NV*16]. op(A)[r, k] is a[r * lda + k], or a[k * lda + r]
+  // when TransA (P^T and dS^T are read from P and dS in place, never transposed).
+  template <bool TransA, int NV>
+  static void ab_tile(float* __restrict c, int64_t ldc, const float* __restrict a, int64_t lda,
+                      const float* __restrict b, int64_t ldb, int K) {
+    vf acc[kRows][NV];
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = load(c + r * ldc + v * kW);
+    for (int k = 0; k < K; ++k) {
+      vf bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = load(b + k * ldb + v * kW);
       for (int r = 0; r < kRows; ++r) {
-        vf x = splat(ar[r * lda + d]);
-        for (int v = 0; v < kKVecs; ++v) acc[r][v] += x * b[v];
+        vf x = splat(TransA ? a[k * lda + r] : a[r * lda + k]);
+        for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
       }
     }
     for (int r = 0; r < kRows; ++r)
-      for (int v = 0; v < kKVecs; ++v) store(s + (r0 + r) * kBlockK + v * kVec, acc[r][v]);
+      for (int v = 0; v < NV; ++v) store(c + r * ldc + v * kW, acc[r][v]);
   }
-}
 
-// C[kRows, NV*16] += op(A)[kRows, K] . B[K, NV*16]. op(A)[r, k] is a[r * lda + k], or a[k * lda + r]
-// when TransA (P^T and dS^T are read from P and dS in place, never transposed).
-template <bool TransA, int NV>
-inline void ab_tile(float* __restrict c, int64_t ldc, const float* __restrict a, int64_t lda,
-                    const float* __restrict b, int64_t ldb, int K) {
-  vf acc[kRows][NV];
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = load(c + r * ldc + v * kVec);
-  for (int k = 0; k < K; ++k) {
-    vf bv[NV];
-    for (int v = 0; v < NV; ++v) bv[v] = load(b + k * ldb + v * kVec);
-    for (int r = 0; r < kRows; ++r) {
-      vf x = splat(TransA ? a[k * lda + r] : a[r * lda + k]);
-      for (int v = 0; v < NV; ++v) acc[r][v] += x * bv[v];
-    }
-  }
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) store(c + r * ldc + v * kVec, acc[r][v]);
-}
-
-// C[M, W] += op(A)[M, K] . B[K, W] with W a multiple of 16 (the padded head size), in column chunks
-// of at most 4 vectors so the accumulators stay in registers.
-template <bool TransA>
-void ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int M, int K,
-        int W) {
-  for (int r0 = 0; r0 < M; r0 += kRows) {
-    float* cr = c + r0 * ldc;
-    const float* ar = TransA ? a + r0 : a + r0 * lda;
-    for (int c0 = 0; c0 < W; c0 += 4 * kVec) {
-      switch (std::min(4, (W - c0) / kVec)) {
-        case 1:
-          ab_tile<TransA, 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-        case 2:
-          ab_tile<TransA, 2>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-        case 3:
-          ab_tile<TransA, 3>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
-        default:
-          ab_tile<TransA, 4>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
-          break;
+  // C[M, W] += op(A)[M, K] . B[K, W] with W a multiple of 16 (the padded head size), in column chunks
+  // of at most 4 vectors so the accumulators stay in registers.
+  template <bool TransA>
+  static void ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int M,
+                 int K, int W) {
+    for (int r0 = 0; r0 < M; r0 += kRows) {
+      float* cr = c + r0 * ldc;
+      const float* ar = TransA ? a + r0 : a + r0 * lda;
+      for (int c0 = 0; c0 < W; c0 += 4 * kW) {
+        switch (std::min(4, (W - c0) / kW)) {
+          case 1:
+            ab_tile<TransA, 1>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+            break;
+          case 2:
+            ab_tile<TransA, 2>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+            break;
+          case 3:
+            ab_tile<TransA, 3>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+            break;
+          default:
+            ab_tile<TransA, 4>(cr + c0, ldc, ar, lda, b + c0, ldb, K);
+            break;
+        }
       }
     }
   }
-}
 
-// Everything a task needs to know about the call, with the block geometry.
-struct Geometry {
-  AttentionDims dims;
-  AttentionMask mask;
-  int group;  // query heads per kv head
-  int Dp;     // head size padded to a multiple of 16
-  int nqb, nkb;
-  int64_t tq_pad, tk_pad;
-
-  Geometry(AttentionDims d, AttentionMask m) : dims(d), mask(m) {
-    group = d.H / d.Hkv;
-    Dp = static_cast<int>(round_up(d.D, kVec));
-    nqb = (d.Tq + kBlockQ - 1) / kBlockQ;
-    nkb = (d.Tk + kBlockK - 1) / kBlockK;
-    tq_pad = int64_t{nqb} * kBlockQ;
-    tk_pad = int64_t{nkb} * kBlockK;
-  }
-  int q_rows(int qb) const { return std::min(kBlockQ, dims.Tq - qb * kBlockQ); }
-  int k_cols(int kb) const { return std::min(kBlockK, dims.Tk - kb * kBlockK); }
-
-  enum class Tile { skip, full, masked };
-  // Whether tile (qb, kb) is entirely hidden, entirely visible, or needs the mask applied (it
-  // straddles the diagonal, or its last key columns are padding).
-  Tile classify(int qb, int kb) const {
-    int rows = q_rows(qb), cols = k_cols(kb);
-    bool full = true;
-    if (mask.kind == MaskKind::causal) {
-      int64_t q_first = mask.q_start + int64_t{qb} * kBlockQ, q_last = q_first + rows - 1;
-      int64_t k_first = mask.k_start + int64_t{kb} * kBlockK, k_last = k_first + cols - 1;
-      if (k_first > q_last) return Tile::skip;
-      full = k_last <= q_first;
-    }
-    return full && cols == kBlockK ? Tile::full : Tile::masked;
-  }
-  // Sets hidden scores of tile (qb, kb) to -inf: S [kBlockQ, kBlockK], rows < M.
-  void apply_mask(float* s, int qb, int kb, int M) const {
-    int cols = k_cols(kb);
-    for (int i = 0; i < M; ++i) {
-      int64_t last = cols - 1;  // last visible column of row i
-      if (mask.kind == MaskKind::causal)
-        last =
-            std::min(last, mask.q_start + int64_t{qb} * kBlockQ + i - mask.k_start - int64_t{kb} * kBlockK);
-      for (int64_t j = std::max<int64_t>(last + 1, 0); j < kBlockK; ++j) s[i * kBlockK + j] = -kInf;
-    }
-  }
+  // Everything a task needs to know about the call, with the block geometry.
 };
 
-// Row-major copy of one head of a [B, T, heads, D] view into [t_pad, Dp], times mult, zero padded.
-void pack_rows(float* dst, HeadsView src, int b, int h, int T, int64_t t_pad, int D, int Dp, float mult) {
-  for (int64_t t = 0; t < t_pad; ++t) {
-    float* d = dst + t * Dp;
-    int c = 0;
-    if (t < T) {
-      const float* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
-      for (; c < D; ++c) d[c] = mult * s[c];
-    }
-    for (; c < Dp; ++c) d[c] = 0.0f;
-  }
-}
-
-// One head of a [B, T, heads, D] view as transposed key blocks [nb][D][kBlockK], zero padded.
-void pack_transposed(float* dst, HeadsView src, int b, int h, int T, int nb, int D) {
-  for (int blk = 0; blk < nb; ++blk) {
-    float* d = dst + int64_t{blk} * D * kBlockK;
-    for (int j = 0; j < kBlockK; ++j) {
-      int64_t t = int64_t{blk} * kBlockK + j;
-      if (t < T) {
-        const float* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
-        for (int c = 0; c < D; ++c) d[c * kBlockK + j] = s[c];
-      } else {
-        for (int c = 0; c < D; ++c) d[c * kBlockK + j] = 0.0f;
-      }
-    }
-  }
-}
-
-struct FreeDeleter {
-  void operator()(float* p) const { std::free(p); }
-};
-using Scratch = std::unique_ptr<float[], FreeDeleter>;
-// Uninitialised, 64-byte aligned: every scratch buffer is fully written before it is read.
-Scratch scratch(int64_t n) {
-  size_t bytes = static_cast<size_t>(round_up(std::max<int64_t>(n, 1) * int64_t{sizeof(float)}, 64));
-  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (!p) throw std::bad_alloc();
-  return Scratch(p);
-}
-
-void check_dims(const AttentionDims& d) {
-  ODY_CHECK(d.B >= 0 && d.Tq >= 0 && d.Tk >= 0, "attention: negative size (B={}, Tq={}, Tk={})", d.B, d.Tq,
-            d.Tk);
-  ODY_CHECK(d.H > 0 && d.Hkv > 0 && d.D > 0, "attention: H={}, Hkv={}, D={} must be positive", d.H, d.Hkv,
-            d.D);
-  ODY_CHECK(d.H % d.Hkv == 0, "attention: H={} is not a multiple of Hkv={}", d.H, d.Hkv);
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Forward
-
-struct ForwardCtx {
-  const Geometry& g;
-  MutHeadsView out;
-  float* lse;
-  HeadsView q;
-  float scale;
-  const float* kt;  // [B, Hkv][nkb][D][kBlockK]
-  const float* vr;  // [B, Hkv][tk_pad][Dp]
-};
-
-// Per-thread tiles for the forward.
-struct ForwardTiles {
-  Scratch buf;
-  float *qs, *s, *o, *m, *l;
-  explicit ForwardTiles(int Dp) : buf(scratch(int64_t{kBlockQ} * (2 * Dp + kBlockK + 2))) {
-    qs = buf.get();
-    o = qs + kBlockQ * Dp;
-    s = o + kBlockQ * Dp;
-    m = s + kBlockQ * kBlockK;
-    l = m + kBlockQ;
-  }
-};
-
-void forward_task(const ForwardCtx& c, ForwardTiles& t, int b, int h, int qb) {
-  const Geometry& g = c.g;
-  const int D = g.dims.D, Dp = g.Dp, rows = g.q_rows(qb);
-  const int M = static_cast<int>(round_up(rows, kRows));
-  const int hkv = h / g.group;
-  const int64_t kv = int64_t{b} * g.dims.Hkv + hkv;
-
-  // Qs [M, Dp] = scale * q rows of this block; the scale is folded in once here.
-  for (int i = 0; i < M; ++i) {
-    float* d = t.qs + i * Dp;
-    int col = 0;
-    if (i < rows) {
-      const float* s =
-          c.q.data + b * c.q.batch_stride + (int64_t{qb} * kBlockQ + i) * c.q.row_stride + int64_t{h} * D;
-      for (; col < D; ++col) d[col] = c.scale * s[col];
-    }
-    for (; col < Dp; ++col) d[col] = 0.0f;
-  }
-  std::fill(t.o, t.o + M * Dp, 0.0f);
-  std::fill(t.m, t.m + M, -kInf);
-  std::fill(t.l, t.l + M, 0.0f);
-
-  for (int kb = 0; kb < g.nkb; ++kb) {
-    Geometry::Tile tile = g.classify(qb, kb);
-    if (tile == Geometry::Tile::skip) continue;
-    abt(t.s, t.qs, Dp, c.kt + (kv * g.nkb + kb) * D * kBlockK, D, M);  // S [M, kBlockK]
-    if (tile == Geometry::Tile::masked) g.apply_mask(t.s, qb, kb, M);
-
-    // Online softmax: P = exp(S - m_new) in place of S; O and l rescaled by exp(m_old - m_new).
-    for (int i = 0; i < M; ++i) {
-      float* s = t.s + i * kBlockK;
-      vf x[kKVecs];
-      vf mx = splat(-kInf);
-      for (int v = 0; v < kKVecs; ++v) mx = vmax(mx, x[v] = load(s + v * kVec));
-      float m_new = std::max(t.m[i], hmax(mx));
-      if (m_new == -kInf) {  // nothing visible to this row yet
-        std::fill(s, s + kBlockK, 0.0f);
-        continue;
-      }
-      vf sum = {};
-      for (int v = 0; v < kKVecs; ++v) {
-        vf e = vexp16(x[v] - splat(m_new));
-        store(s + v * kVec, e);
-        sum += e;
-      }
-      float alpha = std::exp(t.m[i] - m_new);  // 0 when m_old = -inf
-      t.l[i] = t.l[i] * alpha + hsum(sum);
-      t.m[i] = m_new;
-      if (alpha != 1.0f) {
-        float* o = t.o + i * Dp;
-#pragma omp simd
-        for (int col = 0; col < Dp; ++col) o[col] *= alpha;
-      }
-    }
-    ab<false>(t.o, Dp, t.s, kBlockK, c.vr + (kv * g.tk_pad + int64_t{kb} * kBlockK) * Dp, Dp, M, kBlockK, Dp);
-  }
-
-  for (int i = 0; i < rows; ++i) {
-    int64_t tq = int64_t{qb} * kBlockQ + i;
-    float* o = c.out.data + b * c.out.batch_stride + tq * c.out.row_stride + int64_t{h} * D;
-    float l = t.l[i];
-    float inv = l > 0.0f ? 1.0f / l : 0.0f;  // fully masked row: out = 0
-    for (int col = 0; col < D; ++col) o[col] = t.o[i * Dp + col] * inv;
-    c.lse[(int64_t{b} * g.dims.H + h) * g.dims.Tq + tq] = l > 0.0f ? t.m[i] + std::log(l) : -kInf;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Backward
-
-struct BackwardCtx {
-  const Geometry& g;
-  MutHeadsView dq, dk, dv;
-  float scale;
-  // Packed per (b, h): Qs = scale * q and dO as [tq_pad, Dp]; lse (+inf where the row sees nothing,
-  // so that P = 0 there) and Delta as [tq_pad].
-  const float *qs, *dout, *lse, *delta;
-  // Packed per (b, kv head): K and V transposed [nkb][D][kBlockK], K row-major [tk_pad, Dp].
-  const float *kt, *vt, *kr;
-
-  const float* qs_at(int b, int h, int qb) const {
-    return qs + ((int64_t{b} * g.dims.H + h) * g.tq_pad + int64_t{qb} * kBlockQ) * g.Dp;
-  }
-  const float* dout_at(int b, int h, int qb) const {
-    return dout + ((int64_t{b} * g.dims.H + h) * g.tq_pad + int64_t{qb} * kBlockQ) * g.Dp;
-  }
-  int64_t row_at(int b, int h, int qb) const {
-    return (int64_t{b} * g.dims.H + h) * g.tq_pad + int64_t{qb} * kBlockQ;
-  }
-  int64_t kv_at(int b, int hkv) const { return int64_t{b} * g.dims.Hkv + hkv; }
-};
-
-// Per-thread tiles for the backward: P and dS [kBlockQ, kBlockK], dK/dV accumulators [kBlockK, Dp].
-struct BackwardTiles {
-  Scratch buf;
-  float *p, *ds, *dk, *dv;
-  explicit BackwardTiles(int Dp) : buf(scratch(2 * int64_t{kBlockQ} * kBlockK + 2 * int64_t{kBlockK} * Dp)) {
-    p = buf.get();
-    ds = p + kBlockQ * kBlockK;
-    dk = ds + kBlockQ * kBlockK;
-    dv = dk + kBlockK * Dp;
-  }
-};
-
-// P = exp(S - lse) and dS = P * (dP - Delta) (without the scale) for tile (qb of head h, kb).
-void probs_and_dscores(const BackwardCtx& c, BackwardTiles& t, int b, int h, int qb, int kb,
-                       Geometry::Tile tile, int M) {
-  const Geometry& g = c.g;
-  const int D = g.dims.D;
-  const int64_t kv = c.kv_at(b, h / g.group), row = c.row_at(b, h, qb);
-  const float* lse = c.lse + row;
-  const float* delta = c.delta + row;
-  abt(t.p, c.qs_at(b, h, qb), g.Dp, c.kt + (kv * g.nkb + kb) * D * kBlockK, D, M);
-  if (tile == Geometry::Tile::masked) g.apply_mask(t.p, qb, kb, M);
-  abt(t.ds, c.dout_at(b, h, qb), g.Dp, c.vt + (kv * g.nkb + kb) * D * kBlockK, D, M);  // dP
-  for (int i = 0; i < M; ++i) {
-    float* p = t.p + i * kBlockK;
-    float* ds = t.ds + i * kBlockK;
-    const vf li = splat(lse[i]), di = splat(delta[i]);
-    for (int j = 0; j < kBlockK; j += kVec) {
-      vf e = vexp16(load(p + j) - li);
-      store(p + j, e);
-      store(ds + j, e * (load(ds + j) - di));
-    }
-  }
-}
-
-// dK/dV of key block kb of kv head hkv from every query head of its group; then added to dk, dv.
-void dkdv_block(const BackwardCtx& c, BackwardTiles& t, int b, int hkv, int kb, float* dq_acc) {
-  const Geometry& g = c.g;
-  const int Dp = g.Dp;
-  std::fill(t.dk, t.dk + kBlockK * Dp, 0.0f);
-  std::fill(t.dv, t.dv + kBlockK * Dp, 0.0f);
-  for (int gi = 0; gi < g.group; ++gi) {
-    const int h = hkv * g.group + gi;
-    for (int qb = 0; qb < g.nqb; ++qb) {
-      Geometry::Tile tile = g.classify(qb, kb);
-      if (tile == Geometry::Tile::skip) continue;
-      const int M = static_cast<int>(round_up(g.q_rows(qb), kRows));
-      probs_and_dscores(c, t, b, h, qb, kb, tile, M);
-      ab<true>(t.dv, Dp, t.p, kBlockK, c.dout_at(b, h, qb), Dp, kBlockK, M, Dp);  // dV += P^T dO
-      ab<true>(t.dk, Dp, t.ds, kBlockK, c.qs_at(b, h, qb), Dp, kBlockK, M, Dp);   // dK += dS^T Qs
-      if (dq_acc) {  // fused schedule: dQ += dS K
-        const float* kr = c.kr + (c.kv_at(b, hkv) * g.tk_pad + int64_t{kb} * kBlockK) * Dp;
-        ab<false>(dq_acc + (int64_t{gi} * g.tq_pad + int64_t{qb} * kBlockQ) * Dp, Dp, t.ds, kBlockK, kr, Dp,
-                  M, kBlockK, Dp);
-      }
-    }
-  }
-  const int cols = g.k_cols(kb), D = g.dims.D;
-  for (int j = 0; j < cols; ++j) {
-    int64_t tk = int64_t{kb} * kBlockK + j;
-    float* dk = c.dk.data + b * c.dk.batch_stride + tk * c.dk.row_stride + int64_t{hkv} * D;
-    float* dv = c.dv.data + b * c.dv.batch_stride + tk * c.dv.row_stride + int64_t{hkv} * D;
-    for (int col = 0; col < D; ++col) {
-      dk[col] += t.dk[j * Dp + col];
-      dv[col] += t.dv[j * Dp + col];
-    }
-  }
-}
-
-// dq rows [rows] of head h starting at query t0 += scale * acc [rows, Dp].
-void add_dq(const BackwardCtx& c, int b, int h, int64_t t0, int rows, const float* acc) {
-  const int D = c.g.dims.D, Dp = c.g.Dp;
-  for (int i = 0; i < rows; ++i) {
-    float* dq = c.dq.data + b * c.dq.batch_stride + (t0 + i) * c.dq.row_stride + int64_t{h} * D;
-    for (int col = 0; col < D; ++col) dq[col] += c.scale * acc[i * Dp + col];
-  }
-}
-
-enum class Schedule { fused, split };
-
-// The fused schedule does 5/7 of the split schedule's block products but has only B * Hkv equal
-// tasks. Use it when those tasks keep the threads at least as busy as the ~5/7 the extra work of the
-// split schedule costs. ODYSSEY_ATTN_BWD=fused|split overrides (benchmarks and tests).
-Schedule choose_schedule(const AttentionDims& d) {
-  if (const char* env = std::getenv("ODYSSEY_ATTN_BWD")) {
-    std::string_view s(env);
-    if (s == "fused") return Schedule::fused;
-    if (s == "split") return Schedule::split;
-  }
-  int64_t threads = omp_get_max_threads(), tasks = int64_t{d.B} * d.Hkv;
-  if (tasks == 0) return Schedule::fused;
-  int64_t rounds = (tasks + threads - 1) / threads;
-  double busy = static_cast<double>(tasks) / static_cast<double>(rounds * threads);
-  return busy >= 5.0 / 7.0 ? Schedule::fused : Schedule::split;
-}
+using Kernel = attention_detail::BlockwiseAttention<ReferenceTiles>;
 
 }  // namespace
 
 void attention_reference_forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
                                  AttentionDims dims, AttentionMask mask, float scale) {
-  check_dims(dims);
-  const Geometry g(dims, mask);
-  const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
-  if (B == 0 || dims.Tq == 0) return;
-
-  // K transposed and V padded, once per (b, kv head), shared by every query block that reads them.
-  Scratch kt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
-  Scratch vr = scratch(int64_t{B} * Hkv * g.tk_pad * Dp);
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * Hkv; ++bh) {
-    pack_transposed(kt.get() + int64_t{bh} * g.tk_pad * D, k, bh / Hkv, bh % Hkv, dims.Tk, g.nkb, D);
-    pack_rows(vr.get() + int64_t{bh} * g.tk_pad * Dp, v, bh / Hkv, bh % Hkv, dims.Tk, g.tk_pad, D, Dp, 1.0f);
-  }
-
-  const ForwardCtx ctx{g, out, lse, q, scale, kt.get(), vr.get()};
-  const int64_t tasks = int64_t{B} * H * g.nqb;
-#pragma omp parallel
-  {
-    ForwardTiles tiles(Dp);
-    // Largest causal tasks (last query blocks) first, so the dynamic schedule ends balanced.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < tasks; ++task) {
-      int qb = g.nqb - 1 - static_cast<int>(task / (int64_t{B} * H));
-      int bh = static_cast<int>(task % (int64_t{B} * H));
-      forward_task(ctx, tiles, bh / H, bh % H, qb);
-    }
-  }
+  Kernel::forward(out, lse, q, k, v, dims, mask, scale);
 }
 
 void attention_reference_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout,
                                   HeadsView out, const float* lse, HeadsView q, HeadsView k, HeadsView v,
                                   AttentionDims dims, AttentionMask mask, float scale) {
-  check_dims(dims);
-  const Geometry g(dims, mask);
-  const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
-  if (B == 0 || dims.Tq == 0 || dims.Tk == 0) return;
-
-  Scratch qs = scratch(int64_t{B} * H * g.tq_pad * Dp);
-  Scratch dop = scratch(int64_t{B} * H * g.tq_pad * Dp);
-  Scratch lsep = scratch(int64_t{B} * H * g.tq_pad);
-  Scratch delta = scratch(int64_t{B} * H * g.tq_pad);
-  Scratch kt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
-  Scratch vt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
-  Scratch kr = scratch(int64_t{B} * Hkv * g.tk_pad * Dp);
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * H; ++bh) {
-    const int b = bh / H, h = bh % H;
-    const int64_t base = int64_t{bh} * g.tq_pad;
-    pack_rows(qs.get() + base * Dp, q, b, h, dims.Tq, g.tq_pad, D, Dp, scale);
-    pack_rows(dop.get() + base * Dp, dout, b, h, dims.Tq, g.tq_pad, D, Dp, 1.0f);
-    for (int64_t t = 0; t < g.tq_pad; ++t) {
-      float l = t < dims.Tq ? lse[int64_t{bh} * dims.Tq + t] : -kInf;
-      lsep[base + t] = l == -kInf ? kInf : l;  // rows that see no key: P = exp(S - inf) = 0
-      double acc = 0.0;
-      if (t < dims.Tq) {
-        const float* o = out.data + b * out.batch_stride + t * out.row_stride + int64_t{h} * D;
-        const float* g_o = dout.data + b * dout.batch_stride + t * dout.row_stride + int64_t{h} * D;
-        for (int col = 0; col < D; ++col) acc += double{o[col]} * g_o[col];
-      }
-      delta[base + t] = static_cast<float>(acc);
-    }
-  }
-#pragma omp parallel for schedule(static)
-  for (int bh = 0; bh < B * Hkv; ++bh) {
-    const int b = bh / Hkv, h = bh % Hkv;
-    pack_transposed(kt.get() + int64_t{bh} * g.tk_pad * D, k, b, h, dims.Tk, g.nkb, D);
-    pack_transposed(vt.get() + int64_t{bh} * g.tk_pad * D, v, b, h, dims.Tk, g.nkb, D);
-    pack_rows(kr.get() + int64_t{bh} * g.tk_pad * Dp, k, b, h, dims.Tk, g.tk_pad, D, Dp, 1.0f);
-  }
-
-  const BackwardCtx ctx{g,         dq,         dk,          dv,       scale,    qs.get(),
-                        dop.get(), lsep.get(), delta.get(), kt.get(), vt.get(), kr.get()};
-  if (choose_schedule(dims) == Schedule::fused) {
-#pragma omp parallel
-    {
-      BackwardTiles tiles(Dp);
-      Scratch dq_acc = scratch(int64_t{g.group} * g.tq_pad * Dp);  // dQ of the task's query heads
-#pragma omp for schedule(dynamic, 1)
-      for (int bh = 0; bh < B * Hkv; ++bh) {
-        const int b = bh / Hkv, hkv = bh % Hkv;
-        std::fill(dq_acc.get(), dq_acc.get() + int64_t{g.group} * g.tq_pad * Dp, 0.0f);
-        for (int kb = 0; kb < g.nkb; ++kb) dkdv_block(ctx, tiles, b, hkv, kb, dq_acc.get());
-        for (int gi = 0; gi < g.group; ++gi)
-          add_dq(ctx, b, hkv * g.group + gi, 0, dims.Tq, dq_acc.get() + int64_t{gi} * g.tq_pad * Dp);
-      }
-    }
-    return;
-  }
-
-#pragma omp parallel
-  {
-    BackwardTiles tiles(Dp);
-    Scratch dq_acc = scratch(int64_t{kBlockQ} * Dp);
-    // Pass 1: dK, dV; each task owns one key block of one kv head. Early key blocks see the most
-    // queries under the causal mask, so they go first.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < int64_t{B} * Hkv * g.nkb; ++task) {
-      const int kb = static_cast<int>(task / (int64_t{B} * Hkv)),
-                bh = static_cast<int>(task % (int64_t{B} * Hkv));
-      dkdv_block(ctx, tiles, bh / Hkv, bh % Hkv, kb, nullptr);
-    }
-    // Pass 2: dQ; each task owns one query block of one head. Last query blocks are largest.
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < int64_t{B} * H * g.nqb; ++task) {
-      const int qb = g.nqb - 1 - static_cast<int>(task / (int64_t{B} * H));
-      const int bh = static_cast<int>(task % (int64_t{B} * H)), b = bh / H, h = bh % H;
-      const int rows = g.q_rows(qb), M = static_cast<int>(round_up(rows, kRows));
-      std::fill(dq_acc.get(), dq_acc.get() + int64_t{kBlockQ} * Dp, 0.0f);
-      for (int kb = 0; kb < g.nkb; ++kb) {
-        Geometry::Tile tile = g.classify(qb, kb);
-        if (tile == Geometry::Tile::skip) continue;
-        probs_and_dscores(ctx, tiles, b, h, qb, kb, tile, M);
-        const float* krow = ctx.kr + (ctx.kv_at(b, h / g.group) * g.tk_pad + int64_t{kb} * kBlockK) * Dp;
-        ab<false>(dq_acc.get(), Dp, tiles.ds, kBlockK, krow, Dp, M, kBlockK, Dp);
-      }
-      add_dq(ctx, b, h, int64_t{qb} * kBlockQ, rows, dq_acc.get());
-    }
-  }
+  Kernel::backward(dq, dk, dv, dout, out, lse, q, k, v, dims, mask, scale);
 }
 
 }  // namespace odyssey

@@ -1,0 +1,514 @@
+// The blockwise (flash-attention 2) attention algorithm and its schedules, written once over a set of
+// tile products: attention.cpp instantiates it with the register-blocked micro-tiles of
+// attention_tiles.h (the fast kernel), attention_reference.cpp with the first kernel's 16-float tiles
+// (the reference the tests compare against). A Tiles type provides the vector type vf and width kW,
+// the tile sizes kBlockQ, kBlockK and micro-tile rows kRows, vector load/store/splat/vmax/hmax/hsum/
+// vexp, and the products abt (S = A . Bt) and ab<TransA> (C += op(A) . B).
+//
+// Forward: one task per (b, h, query block of kBlockQ rows); the task walks the key blocks its
+// queries can see, keeping a running max m and sum l per row (online softmax), and never holds more
+// than a [kBlockQ, kBlockK] tile of scores. Key blocks entirely above the causal diagonal are skipped;
+// the mask is applied only on blocks that straddle it (and on the ragged last key block). Tasks are
+// handed out largest first (the last query blocks under the causal mask), dynamically, so the causal
+// imbalance evens out across threads.
+//
+// Backward (flash-attention 2): with Delta_i = rowsum(dO_i * O_i) and the saved lse, each (query
+// block, key block) pair recomputes P = exp(S - lse) and gives
+//   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - Delta),  dQ += scale dS K,  dK += scale dS^T Q.
+// Two race-free schedules, chosen per call (see choose_schedule):
+//   fused: one task per (b, kv head) owns dK/dV of that head and dQ of its query heads: 5 block
+//          products per pair, but only B * Hkv tasks;
+//   split: pass 1 over (b, kv head, key block) accumulates dK/dV, pass 2 over (b, h, query block)
+//          recomputes P and dS for dQ: 7 block products per pair, but plenty of tasks.
+// Both sum every gradient in the same order with the same operations (no atomics, no reduction
+// across threads), so the result is bitwise the same whichever schedule and thread count run.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string_view>
+
+#include "odyssey/core/error.h"
+#include "odyssey/kernels/attention.h"
+
+// The vector types only live inside inlined helpers; their ABI never crosses a call.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace odyssey::attention_detail {
+
+template <class Tiles>
+struct BlockwiseAttention {
+  using vf = typename Tiles::vf;
+  static constexpr int kW = Tiles::kW;
+  static constexpr int kBlockQ = Tiles::kBlockQ;
+  static constexpr int kBlockK = Tiles::kBlockK;
+  static constexpr int kRows = Tiles::kRows;
+  static_assert(kBlockK % kW == 0 && kBlockK % kRows == 0 && kBlockQ % kRows == 0);
+  static constexpr int kKVecs = kBlockK / kW;
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+
+  static vf load(const float* p) { return Tiles::load(p); }
+  static void store(float* p, vf v) { Tiles::store(p, v); }
+  static vf splat(float x) { return Tiles::splat(x); }
+  static vf vmax(vf a, vf b) { return Tiles::vmax(a, b); }
+  static float hmax(vf v) { return Tiles::hmax(v); }
+  static float hsum(vf v) { return Tiles::hsum(v); }
+  static vf vexp(vf x) { return Tiles::vexp(x); }
+  // S[M, kBlockK] = A[M, :D] . Bt[D, kBlockK] (a transposed key or value block); M a multiple of kRows.
+  static void abt(float* s, const float* a, int64_t lda, const float* bt, int D, int M) {
+    Tiles::abt(s, a, lda, bt, D, M);
+  }
+  // C[M, W] += op(A)[M, K] . B[K, W], op(A) = A or A^T.
+  template <bool TransA>
+  static void ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int M,
+                 int K, int W) {
+    Tiles::template ab<TransA>(c, ldc, a, lda, b, ldb, M, K, W);
+  }
+
+  static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+  // Everything a task needs to know about the call, with the block geometry.
+  struct Geometry {
+    AttentionDims dims;
+    AttentionMask mask;
+    int group;  // query heads per kv head
+    int Dp;     // head size padded to a multiple of the vector width kW
+    int nqb, nkb;
+    int64_t tq_pad, tk_pad;
+
+    Geometry(AttentionDims d, AttentionMask m) : dims(d), mask(m) {
+      group = d.H / d.Hkv;
+      Dp = static_cast<int>(round_up(d.D, kW));
+      nqb = (d.Tq + kBlockQ - 1) / kBlockQ;
+      nkb = (d.Tk + kBlockK - 1) / kBlockK;
+      tq_pad = int64_t{nqb} * kBlockQ;
+      tk_pad = int64_t{nkb} * kBlockK;
+    }
+    int q_rows(int qb) const { return std::min(kBlockQ, dims.Tq - qb * kBlockQ); }
+    int k_cols(int kb) const { return std::min(kBlockK, dims.Tk - kb * kBlockK); }
+
+    enum class Tile { skip, full, masked };
+    // Whether tile (qb, kb) is entirely hidden, entirely visible, or needs the mask applied (it
+    // straddles the diagonal, or its last key columns are padding).
+    Tile classify(int qb, int kb) const {
+      int rows = q_rows(qb), cols = k_cols(kb);
+      bool full = true;
+      if (mask.kind == MaskKind::causal) {
+        int64_t q_first = mask.q_start + int64_t{qb} * kBlockQ, q_last = q_first + rows - 1;
+        int64_t k_first = mask.k_start + int64_t{kb} * kBlockK, k_last = k_first + cols - 1;
+        if (k_first > q_last) return Tile::skip;
+        full = k_last <= q_first;
+      }
+      return full && cols == kBlockK ? Tile::full : Tile::masked;
+    }
+    // Sets hidden scores of tile (qb, kb) to -inf: S [kBlockQ, kBlockK], rows < M.
+    void apply_mask(float* s, int qb, int kb, int M) const {
+      int cols = k_cols(kb);
+      for (int i = 0; i < M; ++i) {
+        int64_t last = cols - 1;  // last visible column of row i
+        if (mask.kind == MaskKind::causal)
+          last =
+              std::min(last, mask.q_start + int64_t{qb} * kBlockQ + i - mask.k_start - int64_t{kb} * kBlockK);
+        for (int64_t j = std::max<int64_t>(last + 1, 0); j < kBlockK; ++j) s[i * kBlockK + j] = -kInf;
+      }
+    }
+  };
+
+  using Tile = typename Geometry::Tile;
+
+  // Row-major copy of one head of a [B, T, heads, D] view into [t_pad, Dp], times mult, zero padded.
+  static void pack_rows(float* dst, HeadsView src, int b, int h, int T, int64_t t_pad, int D, int Dp,
+                        float mult) {
+    for (int64_t t = 0; t < t_pad; ++t) {
+      float* d = dst + t * Dp;
+      int c = 0;
+      if (t < T) {
+        const float* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
+        for (; c < D; ++c) d[c] = mult * s[c];
+      }
+      for (; c < Dp; ++c) d[c] = 0.0f;
+    }
+  }
+
+  // One head of a [B, T, heads, D] view as transposed key blocks [nb][D][kBlockK], zero padded.
+  static void pack_transposed(float* dst, HeadsView src, int b, int h, int T, int nb, int D) {
+    for (int blk = 0; blk < nb; ++blk) {
+      float* d = dst + int64_t{blk} * D * kBlockK;
+      for (int j = 0; j < kBlockK; ++j) {
+        int64_t t = int64_t{blk} * kBlockK + j;
+        if (t < T) {
+          const float* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
+          for (int c = 0; c < D; ++c) d[c * kBlockK + j] = s[c];
+        } else {
+          for (int c = 0; c < D; ++c) d[c * kBlockK + j] = 0.0f;
+        }
+      }
+    }
+  }
+
+  struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+  };
+  using Scratch = std::unique_ptr<float[], FreeDeleter>;
+  // Uninitialised, 64-byte aligned: every scratch buffer is fully written before it is read.
+  static Scratch scratch(int64_t n) {
+    size_t bytes = static_cast<size_t>(round_up(std::max<int64_t>(n, 1) * int64_t{sizeof(float)}, 64));
+    auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!p) throw std::bad_alloc();
+    return Scratch(p);
+  }
+
+  static void check_dims(const AttentionDims& d) {
+    ODY_CHECK(d.B >= 0 && d.Tq >= 0 && d.Tk >= 0, "attention: negative size (B={}, Tq={}, Tk={})", d.B, d.Tq,
+              d.Tk);
+    ODY_CHECK(d.H > 0 && d.Hkv > 0 && d.D > 0, "attention: H={}, Hkv={}, D={} must be positive", d.H, d.Hkv,
+              d.D);
+    ODY_CHECK(d.H % d.Hkv == 0, "attention: H={} is not a multiple of Hkv={}", d.H, d.Hkv);
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Forward
+
+  struct ForwardCtx {
+    const Geometry& g;
+    MutHeadsView out;
+    float* lse;
+    HeadsView q;
+    float scale;
+    const float* kt;  // [B, Hkv][nkb][D][kBlockK]
+    const float* vr;  // [B, Hkv][tk_pad][Dp]
+  };
+
+  // Per-thread tiles for the forward.
+  struct ForwardTiles {
+    Scratch buf;
+    float *qs, *s, *o, *m, *l;
+    explicit ForwardTiles(int Dp) : buf(scratch(int64_t{kBlockQ} * (2 * Dp + kBlockK + 2))) {
+      qs = buf.get();
+      o = qs + kBlockQ * Dp;
+      s = o + kBlockQ * Dp;
+      m = s + kBlockQ * kBlockK;
+      l = m + kBlockQ;
+    }
+  };
+
+  static void forward_task(const ForwardCtx& c, ForwardTiles& t, int b, int h, int qb) {
+    const Geometry& g = c.g;
+    const int D = g.dims.D, Dp = g.Dp, rows = g.q_rows(qb);
+    const int M = static_cast<int>(round_up(rows, kRows));
+    const int hkv = h / g.group;
+    const int64_t kv = int64_t{b} * g.dims.Hkv + hkv;
+
+    // Qs [M, Dp] = scale * q rows of this block; the scale is folded in once here.
+    for (int i = 0; i < M; ++i) {
+      float* d = t.qs + i * Dp;
+      int col = 0;
+      if (i < rows) {
+        const float* s =
+            c.q.data + b * c.q.batch_stride + (int64_t{qb} * kBlockQ + i) * c.q.row_stride + int64_t{h} * D;
+        for (; col < D; ++col) d[col] = c.scale * s[col];
+      }
+      for (; col < Dp; ++col) d[col] = 0.0f;
+    }
+    std::fill(t.o, t.o + M * Dp, 0.0f);
+    std::fill(t.m, t.m + M, -kInf);
+    std::fill(t.l, t.l + M, 0.0f);
+
+    for (int kb = 0; kb < g.nkb; ++kb) {
+      Tile tile = g.classify(qb, kb);
+      if (tile == Tile::skip) continue;
+      abt(t.s, t.qs, Dp, c.kt + (kv * g.nkb + kb) * D * kBlockK, D, M);  // S [M, kBlockK]
+      if (tile == Tile::masked) g.apply_mask(t.s, qb, kb, M);
+
+      // Online softmax: P = exp(S - m_new) in place of S; O and l rescaled by exp(m_old - m_new).
+      for (int i = 0; i < M; ++i) {
+        float* s = t.s + i * kBlockK;
+        vf x[kKVecs];
+        vf mx = splat(-kInf);
+        for (int v = 0; v < kKVecs; ++v) mx = vmax(mx, x[v] = load(s + v * kW));
+        float m_new = std::max(t.m[i], hmax(mx));
+        if (m_new == -kInf) {  // nothing visible to this row yet
+          std::fill(s, s + kBlockK, 0.0f);
+          continue;
+        }
+        vf sum = {};
+        for (int v = 0; v < kKVecs; ++v) {
+          vf e = vexp(x[v] - splat(m_new));
+          store(s + v * kW, e);
+          sum += e;
+        }
+        float alpha = std::exp(t.m[i] - m_new);  // 0 when m_old = -inf
+        t.l[i] = t.l[i] * alpha + hsum(sum);
+        t.m[i] = m_new;
+        if (alpha != 1.0f) {
+          float* o = t.o + i * Dp;
+#pragma omp simd
+          for (int col = 0; col < Dp; ++col) o[col] *= alpha;
+        }
+      }
+      ab<false>(t.o, Dp, t.s, kBlockK, c.vr + (kv * g.tk_pad + int64_t{kb} * kBlockK) * Dp, Dp, M, kBlockK,
+                Dp);
+    }
+
+    for (int i = 0; i < rows; ++i) {
+      int64_t tq = int64_t{qb} * kBlockQ + i;
+      float* o = c.out.data + b * c.out.batch_stride + tq * c.out.row_stride + int64_t{h} * D;
+      float l = t.l[i];
+      float inv = l > 0.0f ? 1.0f / l : 0.0f;  // fully masked row: out = 0
+      for (int col = 0; col < D; ++col) o[col] = t.o[i * Dp + col] * inv;
+      c.lse[(int64_t{b} * g.dims.H + h) * g.dims.Tq + tq] = l > 0.0f ? t.m[i] + std::log(l) : -kInf;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Backward
+
+  struct BackwardCtx {
+    const Geometry& g;
+    MutHeadsView dq, dk, dv;
+    float scale;
+    // Packed per (b, h): Qs = scale * q and dO as [tq_pad, Dp]; lse (+inf where the row sees nothing,
+    // so that P = 0 there) and Delta as [tq_pad].
+    const float *qs, *dout, *lse, *delta;
+    // Packed per (b, kv head): K and V transposed [nkb][D][kBlockK], K row-major [tk_pad, Dp].
+    const float *kt, *vt, *kr;
+
+    const float* qs_at(int b, int h, int qb) const {
+      return qs + ((int64_t{b} * g.dims.H + h) * g.tq_pad + int64_t{qb} * kBlockQ) * g.Dp;
+    }
+    const float* dout_at(int b, int h, int qb) const {
+      return dout + ((int64_t{b} * g.dims.H + h) * g.tq_pad + int64_t{qb} * kBlockQ) * g.Dp;
+    }
+    int64_t row_at(int b, int h, int qb) const {
+      return (int64_t{b} * g.dims.H + h) * g.tq_pad + int64_t{qb} * kBlockQ;
+    }
+    int64_t kv_at(int b, int hkv) const { return int64_t{b} * g.dims.Hkv + hkv; }
+  };
+
+  // Per-thread tiles for the backward: P and dS [kBlockQ, kBlockK], dK/dV accumulators [kBlockK, Dp].
+  struct BackwardTiles {
+    Scratch buf;
+    float *p, *ds, *dk, *dv;
+    explicit BackwardTiles(int Dp)
+        : buf(scratch(2 * int64_t{kBlockQ} * kBlockK + 2 * int64_t{kBlockK} * Dp)) {
+      p = buf.get();
+      ds = p + kBlockQ * kBlockK;
+      dk = ds + kBlockQ * kBlockK;
+      dv = dk + kBlockK * Dp;
+    }
+  };
+
+  // P = exp(S - lse) and dS = P * (dP - Delta) (without the scale) for tile (qb of head h, kb).
+  static void probs_and_dscores(const BackwardCtx& c, BackwardTiles& t, int b, int h, int qb, int kb,
+                                Tile tile, int M) {
+    const Geometry& g = c.g;
+    const int D = g.dims.D;
+    const int64_t kv = c.kv_at(b, h / g.group), row = c.row_at(b, h, qb);
+    const float* lse = c.lse + row;
+    const float* delta = c.delta + row;
+    abt(t.p, c.qs_at(b, h, qb), g.Dp, c.kt + (kv * g.nkb + kb) * D * kBlockK, D, M);
+    if (tile == Tile::masked) g.apply_mask(t.p, qb, kb, M);
+    abt(t.ds, c.dout_at(b, h, qb), g.Dp, c.vt + (kv * g.nkb + kb) * D * kBlockK, D, M);  // dP
+    for (int i = 0; i < M; ++i) {
+      float* p = t.p + i * kBlockK;
+      float* ds = t.ds + i * kBlockK;
+      const vf li = splat(lse[i]), di = splat(delta[i]);
+      for (int j = 0; j < kBlockK; j += kW) {
+        vf e = vexp(load(p + j) - li);
+        store(p + j, e);
+        store(ds + j, e * (load(ds + j) - di));
+      }
+    }
+  }
+
+  // dK/dV of key block kb of kv head hkv from every query head of its group; then added to dk, dv.
+  static void dkdv_block(const BackwardCtx& c, BackwardTiles& t, int b, int hkv, int kb, float* dq_acc) {
+    const Geometry& g = c.g;
+    const int Dp = g.Dp;
+    std::fill(t.dk, t.dk + kBlockK * Dp, 0.0f);
+    std::fill(t.dv, t.dv + kBlockK * Dp, 0.0f);
+    for (int gi = 0; gi < g.group; ++gi) {
+      const int h = hkv * g.group + gi;
+      for (int qb = 0; qb < g.nqb; ++qb) {
+        Tile tile = g.classify(qb, kb);
+        if (tile == Tile::skip) continue;
+        const int M = static_cast<int>(round_up(g.q_rows(qb), kRows));
+        probs_and_dscores(c, t, b, h, qb, kb, tile, M);
+        ab<true>(t.dv, Dp, t.p, kBlockK, c.dout_at(b, h, qb), Dp, kBlockK, M, Dp);  // dV += P^T dO
+        ab<true>(t.dk, Dp, t.ds, kBlockK, c.qs_at(b, h, qb), Dp, kBlockK, M, Dp);   // dK += dS^T Qs
+        if (dq_acc) {  // fused schedule: dQ += dS K
+          const float* kr = c.kr + (c.kv_at(b, hkv) * g.tk_pad + int64_t{kb} * kBlockK) * Dp;
+          ab<false>(dq_acc + (int64_t{gi} * g.tq_pad + int64_t{qb} * kBlockQ) * Dp, Dp, t.ds, kBlockK, kr, Dp,
+                    M, kBlockK, Dp);
+        }
+      }
+    }
+    const int cols = g.k_cols(kb), D = g.dims.D;
+    for (int j = 0; j < cols; ++j) {
+      int64_t tk = int64_t{kb} * kBlockK + j;
+      float* dk = c.dk.data + b * c.dk.batch_stride + tk * c.dk.row_stride + int64_t{hkv} * D;
+      float* dv = c.dv.data + b * c.dv.batch_stride + tk * c.dv.row_stride + int64_t{hkv} * D;
+      for (int col = 0; col < D; ++col) {
+        dk[col] += t.dk[j * Dp + col];
+        dv[col] += t.dv[j * Dp + col];
+      }
+    }
+  }
+
+  // dq rows [rows] of head h starting at query t0 += scale * acc [rows, Dp].
+  static void add_dq(const BackwardCtx& c, int b, int h, int64_t t0, int rows, const float* acc) {
+    const int D = c.g.dims.D, Dp = c.g.Dp;
+    for (int i = 0; i < rows; ++i) {
+      float* dq = c.dq.data + b * c.dq.batch_stride + (t0 + i) * c.dq.row_stride + int64_t{h} * D;
+      for (int col = 0; col < D; ++col) dq[col] += c.scale * acc[i * Dp + col];
+    }
+  }
+
+  enum class Schedule { fused, split };
+
+  // The fused schedule does 5/7 of the split schedule's block products but has only B * Hkv equal
+  // tasks. Use it when those tasks keep the threads at least as busy as the ~5/7 the extra work of the
+  // split schedule costs. ODYSSEY_ATTN_BWD=fused|split overrides (benchmarks and tests).
+  static Schedule choose_schedule(const AttentionDims& d) {
+    if (const char* env = std::getenv("ODYSSEY_ATTN_BWD")) {
+      std::string_view s(env);
+      if (s == "fused") return Schedule::fused;
+      if (s == "split") return Schedule::split;
+    }
+    int64_t threads = omp_get_max_threads(), tasks = int64_t{d.B} * d.Hkv;
+    if (tasks == 0) return Schedule::fused;
+    int64_t rounds = (tasks + threads - 1) / threads;
+    double busy = static_cast<double>(tasks) / static_cast<double>(rounds * threads);
+    return busy >= 5.0 / 7.0 ? Schedule::fused : Schedule::split;
+  }
+
+  static void forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
+                      AttentionMask mask, float scale) {
+    check_dims(dims);
+    const Geometry g(dims, mask);
+    const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
+    if (B == 0 || dims.Tq == 0) return;
+
+    // K transposed and V padded, once per (b, kv head), shared by every query block that reads them.
+    Scratch kt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
+    Scratch vr = scratch(int64_t{B} * Hkv * g.tk_pad * Dp);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * Hkv; ++bh) {
+      pack_transposed(kt.get() + int64_t{bh} * g.tk_pad * D, k, bh / Hkv, bh % Hkv, dims.Tk, g.nkb, D);
+      pack_rows(vr.get() + int64_t{bh} * g.tk_pad * Dp, v, bh / Hkv, bh % Hkv, dims.Tk, g.tk_pad, D, Dp,
+                1.0f);
+    }
+
+    const ForwardCtx ctx{g, out, lse, q, scale, kt.get(), vr.get()};
+    const int64_t tasks = int64_t{B} * H * g.nqb;
+#pragma omp parallel
+    {
+      ForwardTiles tiles(Dp);
+      // Largest causal tasks (last query blocks) first, so the dynamic schedule ends balanced.
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        int qb = g.nqb - 1 - static_cast<int>(task / (int64_t{B} * H));
+        int bh = static_cast<int>(task % (int64_t{B} * H));
+        forward_task(ctx, tiles, bh / H, bh % H, qb);
+      }
+    }
+  }
+
+  static void backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
+                       const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
+                       AttentionMask mask, float scale) {
+    check_dims(dims);
+    const Geometry g(dims, mask);
+    const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
+    if (B == 0 || dims.Tq == 0 || dims.Tk == 0) return;
+
+    Scratch qs = scratch(int64_t{B} * H * g.tq_pad * Dp);
+    Scratch dop = scratch(int64_t{B} * H * g.tq_pad * Dp);
+    Scratch lsep = scratch(int64_t{B} * H * g.tq_pad);
+    Scratch delta = scratch(int64_t{B} * H * g.tq_pad);
+    Scratch kt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
+    Scratch vt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
+    Scratch kr = scratch(int64_t{B} * Hkv * g.tk_pad * Dp);
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * H; ++bh) {
+      const int b = bh / H, h = bh % H;
+      const int64_t base = int64_t{bh} * g.tq_pad;
+      pack_rows(qs.get() + base * Dp, q, b, h, dims.Tq, g.tq_pad, D, Dp, scale);
+      pack_rows(dop.get() + base * Dp, dout, b, h, dims.Tq, g.tq_pad, D, Dp, 1.0f);
+      for (int64_t t = 0; t < g.tq_pad; ++t) {
+        float l = t < dims.Tq ? lse[int64_t{bh} * dims.Tq + t] : -kInf;
+        lsep[base + t] = l == -kInf ? kInf : l;  // rows that see no key: P = exp(S - inf) = 0
+        double acc = 0.0;
+        if (t < dims.Tq) {
+          const float* o = out.data + b * out.batch_stride + t * out.row_stride + int64_t{h} * D;
+          const float* g_o = dout.data + b * dout.batch_stride + t * dout.row_stride + int64_t{h} * D;
+          for (int col = 0; col < D; ++col) acc += double{o[col]} * g_o[col];
+        }
+        delta[base + t] = static_cast<float>(acc);
+      }
+    }
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * Hkv; ++bh) {
+      const int b = bh / Hkv, h = bh % Hkv;
+      pack_transposed(kt.get() + int64_t{bh} * g.tk_pad * D, k, b, h, dims.Tk, g.nkb, D);
+      pack_transposed(vt.get() + int64_t{bh} * g.tk_pad * D, v, b, h, dims.Tk, g.nkb, D);
+      pack_rows(kr.get() + int64_t{bh} * g.tk_pad * Dp, k, b, h, dims.Tk, g.tk_pad, D, Dp, 1.0f);
+    }
+
+    const BackwardCtx ctx{g,         dq,         dk,          dv,       scale,    qs.get(),
+                          dop.get(), lsep.get(), delta.get(), kt.get(), vt.get(), kr.get()};
+    if (choose_schedule(dims) == Schedule::fused) {
+#pragma omp parallel
+      {
+        BackwardTiles tiles(Dp);
+        Scratch dq_acc = scratch(int64_t{g.group} * g.tq_pad * Dp);  // dQ of the task's query heads
+#pragma omp for schedule(dynamic, 1)
+        for (int bh = 0; bh < B * Hkv; ++bh) {
+          const int b = bh / Hkv, hkv = bh % Hkv;
+          std::fill(dq_acc.get(), dq_acc.get() + int64_t{g.group} * g.tq_pad * Dp, 0.0f);
+          for (int kb = 0; kb < g.nkb; ++kb) dkdv_block(ctx, tiles, b, hkv, kb, dq_acc.get());
+          for (int gi = 0; gi < g.group; ++gi)
+            add_dq(ctx, b, hkv * g.group + gi, 0, dims.Tq, dq_acc.get() + int64_t{gi} * g.tq_pad * Dp);
+        }
+      }
+      return;
+    }
+
+#pragma omp parallel
+    {
+      BackwardTiles tiles(Dp);
+      Scratch dq_acc = scratch(int64_t{kBlockQ} * Dp);
+      // Pass 1: dK, dV; each task owns one key block of one kv head. Early key blocks see the most
+      // queries under the causal mask, so they go first.
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < int64_t{B} * Hkv * g.nkb; ++task) {
+        const int kb = static_cast<int>(task / (int64_t{B} * Hkv)),
+                  bh = static_cast<int>(task % (int64_t{B} * Hkv));
+        dkdv_block(ctx, tiles, bh / Hkv, bh % Hkv, kb, nullptr);
+      }
+      // Pass 2: dQ; each task owns one query block of one head. Last query blocks are largest.
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < int64_t{B} * H * g.nqb; ++task) {
+        const int qb = g.nqb - 1 - static_cast<int>(task / (int64_t{B} * H));
+        const int bh = static_cast<int>(task % (int64_t{B} * H)), b = bh / H, h = bh % H;
+        const int rows = g.q_rows(qb), M = static_cast<int>(round_up(rows, kRows));
+        std::fill(dq_acc.get(), dq_acc.get() + int64_t{kBlockQ} * Dp, 0.0f);
+        for (int kb = 0; kb < g.nkb; ++kb) {
+          Tile tile = g.classify(qb, kb);
+          if (tile == Tile::skip) continue;
+          probs_and_dscores(ctx, tiles, b, h, qb, kb, tile, M);
+          const float* krow = ctx.kr + (ctx.kv_at(b, h / g.group) * g.tk_pad + int64_t{kb} * kBlockK) * Dp;
+          ab<false>(dq_acc.get(), Dp, tiles.ds, kBlockK, krow, Dp, M, kBlockK, Dp);
+        }
+        add_dq(ctx, b, h, int64_t{qb} * kBlockQ, rows, dq_acc.get());
+      }
+    }
+  }
+};
+
+}  // namespace odyssey::attention_detail
