@@ -28,6 +28,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/model/gpt2.h"
+#include "odyssey/optim/adamw.h"
 #include "odyssey/parallel/zero.h"
 
 #include "odyssey/train/host_info.h"
@@ -43,9 +44,11 @@ double median(std::vector<double> v) {
 
 struct Run {
   GPT2 model;
+  AdamW optimizer{AdamWConfig{}};
   ZeroEngine engine;
   std::vector<double> step_ms, wait_ms;
-  Run(const ModelConfig& c, Communicator& dp, ZeroOptions o) : model(c, false), engine(model, dp, o) {}
+  Run(const ModelConfig& c, Communicator& dp, ZeroOptions o)
+      : model(c, false), engine(model, dp, o, optimizer) {}
 };
 
 int bench(int argc, char** argv) {
@@ -90,8 +93,8 @@ int bench(int argc, char** argv) {
   {
     std::vector<float> init(size_t(overlap.model.num_params()));
     init_parameters(init.data(), overlap.model.table(), c, 1);
-    overlap.engine.load(init.data(), nullptr, nullptr);
-    serial.engine.load(init.data(), nullptr, nullptr);
+    overlap.engine.load(init.data());
+    serial.engine.load(init.data());
   }
   const int T = c.seq_len;
   std::vector<int> in(size_t(batch) * T), tg(size_t(batch) * T);

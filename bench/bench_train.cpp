@@ -1,7 +1,8 @@
 // Training-step throughput of our GPT-2 on random tokens, printed as one JSON object on stdout.
 //
-// A step is what the trainer does (train/trainer.cpp): zero_grads, forward_backward, global gradient
-// norm, clip scale, AdamW over every tensor. tokens_per_s and step_ms are medians over the steps after
+// A step is the trainer's own train_step (train/train_step.h) in one process: ZeRO stage 0 over a
+// one-rank group, as `odyssey train` runs without MPI: zero the gradients, forward, loss, backward,
+// global gradient norm, clip scale, AdamW. tokens_per_s and step_ms are medians over the steps after
 // the warm-up steps. MFU = achieved model FLOP/s (training_flops_per_token x tokens/s) divided by the
 // oneDNN fp32 GEMM rate measured in this process: gemm_gflops is measure_gemm_gflops(1024) (square
 // 1024^3, through gemm()), taken once before the warm-up and once after every step, median; gemm_fc_gflops
@@ -13,13 +14,14 @@
 // for the same 1024^3 GEMM, mfu_cpu): an estimate for unshared cores, valid when waiting threads sleep
 // (OMP_WAIT_POLICY=passive) rather than spin. cpu_share = CPU time / wall time / threads.
 //
-// phases_ms (medians, per step) come from the model's unit hooks (LayerHooks) and a timing AttentionOp
-// wrapper, so they cost nothing: embedding, layers, final norm and LM head forward; the fused
-// softmax cross-entropy; LM head, final norm, layers and embedding backward; attention_fwd/bwd are
-// the parts of layers_fwd/bwd spent in attention. -1: the model did not call that hook.
+// phases_ms (medians, per step) come from the model's unit hooks (LayerHooks, passed on to the
+// engine's), a timing AttentionOp wrapper and train_step's own observer, so they cost nothing: embedding,
+// layers, final norm and LM head forward; the fused softmax cross-entropy; LM head, final norm, layers and
+// embedding backward; attention_fwd/bwd are the parts of layers_fwd/bwd spent in attention. -1: the model did
+// not call that hook.
 //
-// --profile K additionally runs K steps (after the timed ones; the last is reported) through the model
-// itself with an OpObserver (model/op_observer.h) that times every kernel call the stage and its
+// --profile K additionally runs K steps (after the timed ones; the last is reported) through train_step
+// with an OpObserver (model/op_observer.h) that times every kernel call the stage and its
 // blocks make, and reports ms and GFLOP/s per op and per kind (gemm, attention, layernorm, gelu, ...).
 // Its loss is checked against the model's.
 //
@@ -39,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/comm/single_communicator.h"
 #include "odyssey/core/buffer.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/gemm.h"
@@ -46,7 +49,8 @@
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/params.h"
 #include "odyssey/optim/adamw.h"
-#include "odyssey/optim/grad_clip.h"
+#include "odyssey/parallel/zero.h"
+#include "odyssey/train/train_step.h"
 
 #include "odyssey/train/host_info.h"
 
@@ -105,6 +109,7 @@ double now_ms() {
 // Timestamps of the model's unit hooks (model/gpt2.h: unit 0 embeddings and LM head, 1 + l layer l,
 // L + 1 final norm). Events are keyed "bf3#0": before_forward(3), first time in this step.
 struct PhaseHooks : LayerHooks {
+  LayerHooks* next = nullptr;  // the engine's hooks, called after the timestamp
   std::map<std::string, double> t;
   std::map<std::string, int> seen;
   void mark(char kind, int unit) {
@@ -116,10 +121,10 @@ struct PhaseHooks : LayerHooks {
                                   unit);
     t[fmt::format("{}#{}", key, seen[key]++)] = now_ms();
   }
-  void before_forward(int u) override { mark('F', u); }
-  void after_forward(int u) override { mark('f', u); }
-  void before_backward(int u) override { mark('B', u); }
-  void after_backward(int u) override { mark('b', u); }
+  void before_forward(int u) override { mark('F', u), next->before_forward(u); }
+  void after_forward(int u) override { mark('f', u), next->after_forward(u); }
+  void before_backward(int u) override { mark('B', u), next->before_backward(u); }
+  void after_backward(int u) override { mark('b', u), next->after_backward(u); }
   void clear() { t.clear(), seen.clear(); }
   // Time from event a to event b, or -1 if either is missing.
   double span(const std::string& a, const std::string& b) const {
@@ -200,9 +205,10 @@ class Profiler : public OpObserver {
     ++s.calls;
     if (std::find(order_.begin(), order_.end(), name_) == order_.end()) order_.push_back(name_);
   }
-  template <typename F>
-  void run(const char* name, F&& f) {
-    observed(this, name, 0, f);
+  // Wall time of the op called name so far (0 if it never ran).
+  double ms(const std::string& name) const {
+    auto it = stats_.find(name);
+    return it == stats_.end() ? 0.0 : it->second.ms;
   }
   // ms: wall time; cpu_ms: process CPU time over the op divided by the thread count, an estimate of
   // the op's time on an unshared machine (run with OMP_WAIT_POLICY=passive so that waiting threads
@@ -237,33 +243,30 @@ class Profiler : public OpObserver {
   double flops_ = 0, t_ = 0, c_ = 0;
 };
 
-// One profiled training step, the single-process step: zero the gradients, forward, loss and
-// backward (every kernel the model runs timed through its observer), then norm, clip and AdamW.
-// Returns the mean loss.
-double profiled_step(Profiler& prof, GPT2& model, StageActivations& acts, float* m, float* v,
-                     const int* inputs, const int* targets, int B, int T, int64_t step) {
-  const ParamTable& tb = model.table();
-  const int N = B * T;
-  prof.run("memset.zero_grads", [&] { model.zero_grads(); });
-  model.set_observer(&prof);
-  model.forward(acts, inputs, targets, nullptr, B, T);
-  const double loss = model.loss(acts, 1.0f / float(N), nullptr);
-  model.backward(acts);
-  model.set_observer(nullptr);
-  // ---- optimizer
-  const size_t P = size_t(model.num_params());
-  float* g = model.grads();
-  double norm = 0;
-  prof.run("optim.grad_norm", [&] { norm = std::sqrt(sum_of_squares(g, P)); });
-  const float scale = clip_scale(norm, 1.0f);
-  AdamWConfig adamw;
-  prof.run("optim.adamw", [&] {
-    for (const ParamInfo& t : tb.tensors())
-      adamw_update(model.params() + t.offset, g + t.offset, m + t.offset, v + t.offset, size_t(t.numel),
-                   adamw, adamw.lr, step, scale, t.weight_decay);
-  });
-  return loss / N;
-}
+// Random tokens, new ones at every load unless frozen (the profile compares two runs on the same rows).
+class RandomRows final : public MicroBatches {
+ public:
+  RandomRows(int B, int T, int vocab, uint32_t seed)
+      : B_(B), T_(T), rng_(seed), token_(0, vocab - 1), inputs_(size_t(B) * T), targets_(size_t(B) * T) {}
+  int rows() const override { return B_; }
+  int local_len() const override { return T_; }
+  const int* positions() const override { return nullptr; }
+  void load(int64_t, int, int* inputs, int* targets) override {
+    if (!frozen) {
+      for (int& t : inputs_) t = token_(rng_);
+      for (int& t : targets_) t = token_(rng_);
+    }
+    std::copy(inputs_.begin(), inputs_.end(), inputs);
+    std::copy(targets_.begin(), targets_.end(), targets);
+  }
+  bool frozen = false;
+
+ private:
+  int B_, T_;
+  std::mt19937 rng_;
+  std::uniform_int_distribution<int> token_;
+  std::vector<int> inputs_, targets_;
+};
 
 }  // namespace
 
@@ -277,26 +280,29 @@ int main(int argc, char** argv) {
   config.d_model = args.d_model;
   config.seq_len = args.seq_len;
   config.vocab_size = args.vocab;
-  GPT2 model(config);
-  const ParamTable& table = model.table();
-  init_parameters(model.params(), table, config, uint64_t(args.seed));
-  const size_t P = size_t(model.num_params());
-  FloatBuffer m(P), v(P);
+  GPT2 model(config, false);
+  const AdamW adamw(AdamWConfig{});
+  SingleCommunicator single("bench");
+  ZeroEngine engine(model, single, ZeroOptions{}, adamw);
+  {
+    FloatBuffer init(size_t(model.num_params()));
+    init_parameters(init.data(), model.table(), config, uint64_t(args.seed));
+    engine.load(init.data());
+  }
+  const int64_t P = model.num_params();
   const int B = args.batch, T = args.seq_len, N = B * T, L = args.n_layer;
 
   PhaseHooks hooks;
+  hooks.next = &engine;
   std::map<std::string, std::vector<double>> phase;
   TimedAttention attention;
   model.set_hooks(&hooks);
   model.set_attention(&attention);
-
-  std::mt19937 rng(uint32_t(args.seed));
-  std::uniform_int_distribution<int> token(0, args.vocab - 1);
-  std::vector<int> inputs(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
-  auto fill_tokens = [&] {
-    for (auto& t : inputs) t = token(rng);
-    for (auto& t : targets) t = token(rng);
-  };
+  RandomRows rows(B, T, args.vocab, uint32_t(args.seed));
+  auto acts = model.make_activations();
+  StepSettings settings;
+  settings.dloss = 1.0f / float(N);
+  settings.grad_clip = 1.0f;
 
   const GemmRate gemm_fc =
       gemm_shape_gflops(N, 4 * args.d_model, args.d_model, true, true, 0.3, args.threads);
@@ -307,28 +313,18 @@ int main(int argc, char** argv) {
     gemm_rates_cpu.push_back(gemm_shape_gflops(1024, 1024, 1024, false, false, 0.3, args.threads).cpu);
   };
   measure_gemm();
-  AdamWConfig adamw;
-  const float dloss = 1.0f / float(N);
   std::vector<double> step_ms, step_cpu_ms, cpu_share, zero_ms, fb_ms, attn_f, attn_b, norm_ms, opt_ms;
   double loss = 0, grad_norm = 0;
-  for (int s = 0; s < args.warmup + args.steps; ++s) {
-    fill_tokens();
+  int64_t step = 0;
+  for (int s = 0; s < args.warmup + args.steps; ++s, ++step) {
     attention.fwd_ms = attention.bwd_ms = 0;
     hooks.clear();
+    Profiler own;  // train_step's own phases
     double t0 = now_ms(), c0 = cpu_ms();
-    model.zero_grads();
-    double t1 = now_ms();
-    int64_t count = 0;
-    loss =
-        model.forward_backward(inputs.data(), targets.data(), nullptr, B, T, dloss, &count) / double(count);
-    double t2 = now_ms();
-    grad_norm = std::sqrt(sum_of_squares(model.grads(), P));
-    const float scale = clip_scale(grad_norm, 1.0f);
-    double t3 = now_ms();
-    for (const ParamInfo& p : table.tensors())
-      adamw_update(model.params() + p.offset, model.grads() + p.offset, m.data() + p.offset,
-                   v.data() + p.offset, size_t(p.numel), adamw, adamw.lr, s + 1, scale, p.weight_decay);
+    const StepResult r =
+        train_step(model, *acts, engine, rows, single, settings, step, adamw.config().lr, &own);
     double t4 = now_ms(), c4 = cpu_ms();
+    loss = r.loss, grad_norm = r.grad_norm;
     fmt::print(stderr, "step {}{}: {:.0f} ms, loss {:.4f}, grad norm {:.3f}\n", s + 1,
                s < args.warmup ? " (warm-up)" : "", t4 - t0, loss, grad_norm);
     measure_gemm();
@@ -336,8 +332,10 @@ int main(int argc, char** argv) {
     step_ms.push_back(t4 - t0);
     cpu_share.push_back((c4 - c0) / (t4 - t0) / args.threads);
     step_cpu_ms.push_back((c4 - c0) / args.threads);
-    zero_ms.push_back(t1 - t0);
-    fb_ms.push_back(t2 - t1);
+    zero_ms.push_back(own.ms("memset.zero_grads"));
+    norm_ms.push_back(own.ms("optim.grad_norm"));
+    opt_ms.push_back(own.ms("optim.update"));
+    fb_ms.push_back(t4 - t0 - zero_ms.back() - norm_ms.back() - opt_ms.back());
     // Phases between hook events (see PhaseHooks); -1 where the model did not call a hook.
     const std::string Lu = std::to_string(L), Fu = std::to_string(L + 1);
     auto push = [&](const char* name, double ms) { phase[name].push_back(ms); };
@@ -352,8 +350,6 @@ int main(int argc, char** argv) {
     push("embedding_bwd", hooks.span("ab1#0", "ab0#0"));
     attn_f.push_back(attention.fwd_ms);
     attn_b.push_back(attention.bwd_ms);
-    norm_ms.push_back(t3 - t2);
-    opt_ms.push_back(t4 - t3);
   }
 
   const double ms = median(step_ms);
@@ -412,27 +408,31 @@ int main(int argc, char** argv) {
   phases["optimizer"] = median(opt_ms);
   out["phases_ms"] = phases;
   if (args.profile) {
-    model.set_hooks(nullptr);
+    model.set_hooks(&engine);
     model.set_attention(nullptr);
-    // Reference loss on fixed tokens through the model, then the same tokens through the profiled step.
-    fill_tokens();
+    // Reference loss on fixed rows through the model, then the same rows through the profiled step.
+    rows.frozen = false;
+    std::vector<int> inputs(static_cast<size_t>(N)), targets(static_cast<size_t>(N));
+    rows.load(0, 0, inputs.data(), targets.data());
+    rows.frozen = true;
     int64_t count = 0;
-    model.zero_grads();
-    double model_loss = model.forward(inputs.data(), targets.data(), nullptr, B, T, &count) / double(count);
+    model.forward(*acts, inputs.data(), targets.data(), nullptr, B, T);
+    const double model_mean = model.loss(*acts, 0.0f, &count) / double(count);
     // --profile K: K profiled steps, the last one reported (the first pays page faults of its buffers).
     json report;
     double prof_loss = 0;
-    auto acts = model.make_activations();
-    for (int k = 0; k < args.profile; ++k) {
+    for (int k = 0; k < args.profile; ++k, ++step) {
       Profiler prof;
+      model.set_observer(&prof);
       double t0 = now_ms();
-      double l = profiled_step(prof, model, *acts, m.data(), v.data(), inputs.data(), targets.data(), B, T,
-                               args.warmup + args.steps + 1 + k);
-      if (k == 0) prof_loss = l;  // before its own update: comparable with the model's loss
+      const StepResult r =
+          train_step(model, *acts, engine, rows, single, settings, step, adamw.config().lr, &prof);
       report = prof.report(now_ms() - t0, args.threads);
+      model.set_observer(nullptr);
+      if (k == 0) prof_loss = r.loss;  // before its own update: comparable with the model's loss
     }
     report["loss_profiled"] = prof_loss;
-    report["loss_model"] = model_loss;
+    report["loss_model"] = model_mean;
     out["profile"] = report;
   }
   fmt::print("{}\n", out.dump());

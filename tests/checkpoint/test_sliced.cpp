@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <array>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -44,6 +45,8 @@ class SlicedTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(run_); }
 
+  static constexpr std::array<const char*, 3> kKinds = {"params", "m", "v"};
+
   // Writer w of W owns every W-th block of 7 elements (scattered ranges, cutting across tensors).
   std::string write(int writers, int64_t step) {
     const int64_t total = table_.total();
@@ -58,14 +61,14 @@ class SlicedTest : public ::testing::Test {
         std::vector<DenseRange> pieces;
         for (int64_t b = 7 * w; b < total; b += 7 * writers)
           pieces.push_back({b, std::min(b + 7, total), data[size_t(k)].data() + b});
-        files[size_t(k)].push_back(write_slice_file(tmp, checkpoint_kinds()[size_t(k)], w, table_, pieces));
+        files[size_t(k)].push_back(write_slice_file(tmp, kKinds[size_t(k)], w, table_, pieces));
       }
     }
     CheckpointState state;
     state.model = tiny();
     state.step = step;
     state.layout = {{"world_size", writers}};
-    return commit_checkpoint(run_, tmp, state, table_, writers, files, 2);
+    return commit_checkpoint(run_, tmp, state, table_, writers, {kKinds.begin(), kKinds.end()}, files, 2);
   }
 
   std::string run_;
@@ -82,7 +85,7 @@ TEST_F(SlicedTest, AnyWritersAnyRanges) {
     for (int k = 0; k < 3; ++k) {
       std::vector<float> out(size_t(total), -1.0f);
       const std::vector<DenseRange> ranges = {{3, 29}, {total - 5, total}};
-      read_slices(dir, state, table_, checkpoint_kinds()[size_t(k)], ranges, out.data());
+      read_slices(dir, state, table_, kKinds[size_t(k)], ranges, out.data());
       for (int64_t i = 0; i < total; ++i) {
         const bool wanted = (i >= 3 && i < 29) || i >= total - 5;
         EXPECT_EQ(out[size_t(i)], wanted ? value(k, i) : -1.0f)

@@ -71,7 +71,7 @@ RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 
 
   const ModelConfig c = tiny_config();
   GPT2 model(c, false);
-  ZeroEngine engine(model, dp, o);
+  ZeroEngine engine(model, dp, o, optimizer());
   const size_t P = size_t(model.num_params());
   load_initial(model, engine);
   RunResult steps;
@@ -85,7 +85,7 @@ RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 
   r.hashes.resize(size_t(dp.size()));
   dp.all_gather(&h, r.hashes.data(), sizeof(h), DType::u8);
   r.params.assign(P, 0.0f);
-  engine.gather_to_root(r.params.data(), nullptr, nullptr, false);
+  engine.gather_params_to_root(r.params.data());
   return r;
 }
 
@@ -229,7 +229,7 @@ TEST(QuantizedCommConfig, BadCombinationsAreRefused) {
   ZeroOptions o;
   o.stage = 3;
   o.comm = qwd;
-  EXPECT_THROW(ZeroEngine(model, world(), o), Error);
+  EXPECT_THROW(ZeroEngine(model, world(), o, optimizer()), Error);
 }
 
 }  // namespace

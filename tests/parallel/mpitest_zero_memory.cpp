@@ -8,6 +8,7 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
 #include "odyssey/model/gpt2.h"
+#include "odyssey/optim/adamw.h"
 #include "odyssey/parallel/zero.h"
 
 using namespace odyssey;
@@ -29,7 +30,8 @@ MemoryReport report(Communicator& dp, int stage) {
   ZeroOptions o;
   o.stage = stage;
   o.bucket_mb = 1;
-  ZeroEngine engine(model, dp, o);
+  const AdamW adamw(AdamWConfig{});
+  ZeroEngine engine(model, dp, o, adamw);
   return engine.memory();
 }
 

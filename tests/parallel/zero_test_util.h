@@ -1,16 +1,17 @@
 // Shared by the multi-rank ZeRO tests: a tiny odd-sized GPT-2, deterministic synthetic rows, and the
-// plain single-process training loop the parallel runs must reproduce.
+// single-process run the parallel runs must reproduce, all through the trainer's train_step.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/comm/single_communicator.h"
 #include "odyssey/model/gpt2.h"
 #include "odyssey/optim/adamw.h"
-#include "odyssey/optim/grad_clip.h"
 #include "odyssey/parallel/zero.h"
+#include "odyssey/train/train_step.h"
 
 namespace odyssey::testing_zero {
 
@@ -55,84 +56,50 @@ struct RunResult {
   std::vector<float> params;  // final, full (rank 0 only for parallel runs)
 };
 
-// The single-process loop of the trainer: accumulate micro-steps, global norm, clip, AdamW per tensor.
-inline RunResult train_reference(int steps, int micro_batch) {
-  const ModelConfig c = tiny_config();
-  GPT2 model(c);
-  const ParamTable& table = model.table();
-  const size_t P = size_t(model.num_params());
-  init_parameters(model.params(), table, c, kSeed);
-  std::vector<float> m(P), v(P);
-  std::vector<int> in(size_t(micro_batch) * kT), tg(size_t(micro_batch) * kT);
-  const float dloss = 1.0f / float(kGlobalBatch * kT);
-  RunResult r;
-  for (int s = 0; s < steps; ++s) {
-    model.zero_grads();
-    double sum = 0;
-    int64_t count = 0;
-    for (int row0 = 0; row0 < kGlobalBatch; row0 += micro_batch) {
-      for (int b = 0; b < micro_batch; ++b)
-        synthetic_row(uint64_t(s * kGlobalBatch + row0 + b), c.vocab_size, &in[size_t(b) * kT],
-                      &tg[size_t(b) * kT]);
-      int64_t n = 0;
-      sum += model.forward_backward(in.data(), tg.data(), nullptr, micro_batch, kT, dloss, &n);
-      count += n;
-    }
-    const double norm = std::sqrt(sum_of_squares(model.grads(), P));
-    const float scale = clip_scale(norm, kClip);
-    for (const ParamInfo& p : table.tensors())
-      adamw_update(model.params() + p.offset, model.grads() + p.offset, m.data() + p.offset,
-                   v.data() + p.offset, size_t(p.numel), adamw_config(), kLr, s + 1, scale, p.weight_decay);
-    r.losses.push_back(sum / double(count));
-    r.norms.push_back(norm);
+// The rows of dp rank `rank`: micro-step m of step s takes rows [s G + (m D + rank) b, + b) of the
+// global batch (the trainer's layout-independent order; G global batch, D ranks, b micro batch).
+class SyntheticRows final : public MicroBatches {
+ public:
+  SyntheticRows(int vocab, int micro_batch, int rank, int ranks)
+      : vocab_(vocab), micro_batch_(micro_batch), rank_(rank), ranks_(ranks) {}
+  int rows() const override { return micro_batch_; }
+  int local_len() const override { return kT; }
+  const int* positions() const override { return nullptr; }
+  void load(int64_t step, int micro, int* inputs, int* targets) override {
+    const int64_t row0 = step * kGlobalBatch + int64_t(micro * ranks_ + rank_) * micro_batch_;
+    for (int b = 0; b < micro_batch_; ++b)
+      synthetic_row(uint64_t(row0 + b), vocab_, inputs + size_t(b) * kT, targets + size_t(b) * kT);
   }
-  r.params.assign(model.params(), model.params() + P);
-  return r;
-}
 
-struct LossSum {
-  double sum;
-  int64_t count;
+ private:
+  int vocab_, micro_batch_, rank_, ranks_;
 };
 
-// Loads the initial parameters into an engine (each rank keeps what its stage keeps).
-inline void load_initial(GPT2& model, ZeroEngine& engine) {
-  std::vector<float> init(size_t(model.num_params()));
-  init_parameters(init.data(), model.table(), model.config(), kSeed);
-  engine.load(init.data(), nullptr, nullptr);
+inline const AdamW& optimizer() {
+  static const AdamW adamw(adamw_config());
+  return adamw;
 }
 
-// `steps` steps over dp with an engine: rank r takes rows [r*mb, (r+1)*mb) of each micro-step's
-// mb*dp rows (the layout-independent global batch). Appends losses and norms to r.
-inline void run_steps(GPT2& model, ZeroEngine& engine, Communicator& dp, int steps, int micro_batch,
+// Loads the initial parameters into an engine (each rank keeps what its stage keeps).
+inline void load_initial(Stage& model, ZeroEngine& engine) {
+  std::vector<float> init(size_t(model.table().total()));
+  init_parameters(init.data(), model.table(), model.config(), kSeed);
+  engine.load(init.data());
+}
+
+// `steps` steps of the trainer's train_step over dp with an engine. Appends losses and norms to r.
+inline void run_steps(Stage& model, ZeroEngine& engine, Communicator& dp, int steps, int micro_batch,
                       RunResult& r) {
-  const ModelConfig& c = model.config();
-  const int ranks = dp.size(), rank = dp.rank();
-  const int accum = kGlobalBatch / (micro_batch * ranks);
-  std::vector<int> in(size_t(micro_batch) * kT), tg(size_t(micro_batch) * kT);
-  const float dloss = 1.0f / float(kGlobalBatch * kT);
+  SyntheticRows rows(model.config().vocab_size, micro_batch, dp.rank(), dp.size());
+  StepSettings settings;
+  settings.micro_steps = kGlobalBatch / (micro_batch * dp.size());
+  settings.dloss = 1.0f / float(kGlobalBatch * kT);
+  settings.grad_clip = kClip;
+  std::unique_ptr<StageActivations> acts = model.make_activations();
   for (int s = 0; s < steps; ++s) {
-    engine.zero_grad();
-    LossSum local{0, 0};
-    for (int micro = 0; micro < accum; ++micro) {
-      const int row0 = s * kGlobalBatch + (micro * ranks + rank) * micro_batch;
-      for (int b = 0; b < micro_batch; ++b)
-        synthetic_row(uint64_t(row0 + b), c.vocab_size, &in[size_t(b) * kT], &tg[size_t(b) * kT]);
-      engine.begin_micro_step(micro == accum - 1);
-      int64_t n = 0;
-      local.sum += model.forward_backward(in.data(), tg.data(), nullptr, micro_batch, kT, dloss, &n);
-      local.count += n;
-      engine.end_micro_step();
-    }
-    std::vector<LossSum> all(static_cast<size_t>(ranks));
-    dp.all_gather(&local, all.data(), sizeof(local), DType::u8);
-    double sum = 0;
-    int64_t count = 0;
-    for (auto& a : all) sum += a.sum, count += a.count;
-    const double norm = engine.grad_norm();
-    engine.step(adamw_config(), kLr, s + 1, clip_scale(norm, kClip));
-    r.losses.push_back(sum / double(count));
-    r.norms.push_back(norm);
+    const StepResult step = train_step(model, *acts, engine, rows, dp, settings, s, kLr);
+    r.losses.push_back(step.loss);
+    r.norms.push_back(step.grad_norm);
   }
 }
 
@@ -141,15 +108,22 @@ inline RunResult train_zero(Communicator& dp, const ZeroOptions& options, int st
                             MemoryReport* memory = nullptr) {
   const ModelConfig c = tiny_config();
   GPT2 model(c, false);
-  ZeroEngine engine(model, dp, options);
+  ZeroEngine engine(model, dp, options, optimizer());
   const size_t P = size_t(model.num_params());
   load_initial(model, engine);
   RunResult r;
   run_steps(model, engine, dp, steps, micro_batch, r);
   if (memory) *memory = engine.memory();
   r.params.assign(P, 0.0f);
-  engine.gather_to_root(r.params.data(), nullptr, nullptr, false);
+  engine.gather_params_to_root(r.params.data());
   return r;
+}
+
+// The reference every layout must reproduce: the same train_step in one process (ZeRO stage 0 over a
+// one-rank group), as `odyssey train` runs without MPI.
+inline RunResult train_reference(int steps, int micro_batch) {
+  SingleCommunicator single("reference");
+  return train_zero(single, ZeroOptions{}, steps, micro_batch);
 }
 
 }  // namespace odyssey::testing_zero

@@ -55,15 +55,17 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointState& s
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   const int64_t total = table.total();
+  static const std::vector<std::string> adamw_kinds = {"params", "m", "v"};
+  std::vector<std::string> kinds;
   std::vector<std::vector<WrittenFile>> files;
   for (const float* buf : {params, m, v}) {
     if (!buf) break;  // weights only
-    const std::string& kind = checkpoint_kinds()[files.size()];
-    files.push_back({write_slice_file(tmp_dir, kind, 0, table, {{0, total, buf}})});
+    kinds.push_back(adamw_kinds[files.size()]);
+    files.push_back({write_slice_file(tmp_dir, kinds.back(), 0, table, {{0, total, buf}})});
   }
   CheckpointState s = state;
   if (s.layout.empty()) s.layout = {{"world_size", 1}, {"dp", 1}, {"zero_stage", 0}};
-  return commit_checkpoint(run_dir, tmp_dir, s, table, 1, files, keep);
+  return commit_checkpoint(run_dir, tmp_dir, s, table, 1, kinds, files, keep);
 }
 
 std::string find_latest_checkpoint(const std::string& run_dir) {

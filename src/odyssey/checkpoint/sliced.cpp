@@ -113,7 +113,10 @@ WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind
 
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
                               const CheckpointState& state, const ParamTable& table, int writers,
+                              const std::vector<std::string>& kinds,
                               const std::vector<std::vector<WrittenFile>>& files, int keep) {
+  ODY_CHECK(kinds.size() == files.size(), "checkpoint: {} kinds named for {} sets of files", kinds.size(),
+            files.size());
   const std::string final_dir = run_dir + "/" + checkpoint_step_name(state.step);
   nlohmann::json manifest = {{"format", "odyssey-checkpoint"},
                              {"format_version", kCheckpointFormatVersion},
@@ -133,7 +136,7 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
   for (const ParamInfo& p : table.tensors())
     manifest["tensors"].push_back({{"name", p.name}, {"shape", p.shape}});
   for (size_t k = 0; k < files.size(); ++k) {
-    const std::string& kind = checkpoint_kinds()[k];
+    const std::string& kind = kinds[k];
     manifest["kinds"].push_back(kind);
     for (int r = 0; r < writers; ++r) {
       const std::string name = slice_file_name(kind, r);

@@ -28,14 +28,11 @@
 
 namespace odyssey {
 
-// The kinds of state a checkpoint holds: master weights, the two AdamW moments and, optionally (ZeRO
-// 1-2 with quantized weight communication), the model-weight replica the forward uses, which differs
-// from the master by the accumulated quantization error. A checkpoint lists the first n kinds it holds;
-// readers ignore "weights" when they have no use for it.
-inline const std::vector<std::string>& checkpoint_kinds() {
-  static const std::vector<std::string> kinds = {"params", "m", "v", "weights"};
-  return kinds;
-}
+// The kinds of state a checkpoint holds, each a full set of slices laid out by the table: "params"
+// (the master weights), then the optimizer's state by its names (Optimizer::state_names(); AdamW's
+// moments "m" and "v") and, optionally (ZeRO 1-2 with quantized weight communication), "weights": the
+// model-weight replica the forward uses, which differs from the master by the accumulated quantization
+// error. The manifest lists the kinds it holds; readers ignore "weights" when they have no use for it.
 
 // Elements [begin, end) of a buffer laid out by a ParamTable (dense offsets). data, when set, holds
 // the end - begin values of that range.
@@ -58,15 +55,17 @@ std::string slice_file_name(const std::string& kind, int rank);  // "params.rank
 WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
                              const ParamTable& table, const std::vector<DenseRange>& pieces);
 
-// Rank 0, once every rank's files exist in tmp_dir: writes the manifest (files[kind][rank] are the
-// writers' reports; the slices are read back from the headers), renames tmp_dir to the step
+// Rank 0, once every rank's files exist in tmp_dir: writes the manifest (files[k][rank] are the
+// writers' reports of kinds[k]; the slices are read back from the headers), renames tmp_dir to the step
 // directory and applies retention (keep > 0: the newest keep checkpoints). Returns the directory.
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
                               const CheckpointState& state, const ParamTable& table, int writers,
+                              const std::vector<std::string>& kinds,
                               const std::vector<std::vector<WrittenFile>>& files, int keep);
 
-// Fills `ranges` of kind ("params", "m", "v" or "weights") in dense (laid out by table) from the slices
-// holding them, verifying each slice read. state must come from read_checkpoint_manifest of a format-2 dir.
+// Fills `ranges` of kind ("params", an optimizer state such as "m", or "weights") in dense (laid out by
+// table) from the slices holding them, verifying each slice read. state must come from
+// read_checkpoint_manifest of a format-2 dir.
 void read_slices(const std::string& dir, const CheckpointState& state, const ParamTable& table,
                  const std::string& kind, const std::vector<DenseRange>& ranges, float* dense);
 

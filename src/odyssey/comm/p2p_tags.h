@@ -8,11 +8,9 @@ namespace odyssey {
 
 namespace p2p_tag {
 enum : int {
-  // ZeroEngine::gather_to_root: every dp rank sends its local slices of the parameters and the two
-  // Adam moments to rank 0, one message per rank and tensor kind.
+  // ZeroEngine::gather_params_to_root: every dp rank sends its local slices of the parameters to
+  // rank 0, one message per rank.
   zero_gather_params,
-  zero_gather_m,
-  zero_gather_v,
   // Ring attention: forward K/V blocks passed to the next ring rank; backward dK/dV accumulators.
   ring_kv,
   ring_dkv,

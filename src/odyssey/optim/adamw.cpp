@@ -4,6 +4,11 @@
 
 namespace odyssey {
 
+const std::vector<std::string>& AdamW::state_names() const {
+  static const std::vector<std::string> names = {"m", "v"};
+  return names;
+}
+
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWConfig& c,
                   float lr, int64_t step, float grad_scale, bool decay) {
   const float b1 = c.beta1, b2 = c.beta2;

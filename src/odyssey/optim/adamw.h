@@ -5,6 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odyssey/optim/optimizer.h"
 
 namespace odyssey {
 
@@ -22,5 +26,20 @@ struct AdamWConfig {
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr * wd * p
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWConfig& config,
                   float lr, int64_t step, float grad_scale, bool decay);
+
+// AdamW behind the optimizer seam; its state is the two moments "m" and "v".
+class AdamW final : public Optimizer {
+ public:
+  explicit AdamW(const AdamWConfig& config) : config_(config) {}
+  const AdamWConfig& config() const { return config_; }
+  const std::vector<std::string>& state_names() const override;
+  void update(float* params, const float* grads, float* const* state, size_t n, float lr, int64_t step,
+              float grad_scale, bool decay) const override {
+    adamw_update(params, grads, state[0], state[1], n, config_, lr, step, grad_scale, decay);
+  }
+
+ private:
+  AdamWConfig config_;
+};
 
 }  // namespace odyssey

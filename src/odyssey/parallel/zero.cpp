@@ -28,8 +28,8 @@ nlohmann::json CommTraffic::per_param_json(int64_t params) const {
           {"grads_inter", grads_inter / n}};
 }
 
-ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options)
-    : model_(model), dp_(dp), opt_(options) {
+ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options, const Optimizer& optimizer)
+    : model_(model), dp_(dp), opt_(options), optimizer_(optimizer) {
   ODY_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             opt_.stage);
   ODY_CHECK(!model.owns_storage(), "ZeRO: the model must be built without storage (allocate_storage=false)");
@@ -56,8 +56,8 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
     master_.resize(size_t(part_->local_total()));
   if (comm.hpz) secondary_.resize(size_t(table.num_units()));
   params_.resize(size_t(opt_.stage == 3 ? part_->local_total() : part_->padded_total()));
-  m_.resize(size_t(part_->local_total()));
-  v_.resize(size_t(part_->local_total()));
+  state_.resize(optimizer.state_names().size());
+  for (FloatBuffer& st : state_) st.resize(size_t(part_->local_total()));
   if (opt_.stage == 3) {
     gathered_.resize(size_t(table.num_units()));
     schedule_ = model.unit_schedule();
@@ -205,10 +205,12 @@ void ZeroEngine::after_backward(int unit) {
   if (opt_.stage == 3) release(unit);
 }
 
-void ZeroEngine::load(const float* params, const float* m, const float* v, const float* weights) {
+void ZeroEngine::load(const float* params, std::span<const float* const> state, const float* weights) {
   release_all();
   std::fill(next_forward_.begin(), next_forward_.end(), 0);
   ODY_CHECK(weights == nullptr || master_.size(), "ZeRO: a weight replica given to an engine without one");
+  ODY_CHECK(state.empty() || state.size() == state_.size(),
+            "ZeRO: {} optimizer state buffers given, the optimizer has {}", state.size(), state_.size());
   if (opt_.stage == 3)
     part_->dense_to_local(params, params_.data());
   else
@@ -216,14 +218,12 @@ void ZeroEngine::load(const float* params, const float* m, const float* v, const
   if (master_.size()) part_->dense_to_local(params, master_.data());
   for (FloatBuffer& sec : secondary_) sec.resize(0);
   // Stage 0's partition is one rank, where local is the whole buffer.
-  if (m)
-    part_->dense_to_local(m, m_.data());
-  else
-    m_.zero();
-  if (v)
-    part_->dense_to_local(v, v_.data());
-  else
-    v_.zero();
+  for (size_t k = 0; k < state_.size(); ++k) {
+    if (state.empty())
+      state_[k].zero();
+    else
+      part_->dense_to_local(state[k], state_[k].data());
+  }
 }
 
 void ZeroEngine::set_completed_steps(int64_t steps) {
@@ -241,7 +241,7 @@ nlohmann::json ZeroEngine::replica_layout() const {
           {"identity", f.identity}};
 }
 
-void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_moments) {
+void ZeroEngine::gather_params_to_root(float* params) {
   release_all();
   const int P = part_->ranks(), rank = part_->rank();
   const size_t n = size_t(part_->local_total());
@@ -265,16 +265,6 @@ void ZeroEngine::gather_to_root(float* params, float* m, float* v, bool with_mom
             p2p_tag::zero_gather_params);  // the master, not the (quantized) model copy
   else if (dp_.rank() == 0)
     part_->padded_to_dense(params_.data(), params);
-  if (!with_moments) return;
-  if (opt_.stage == 0) {
-    if (dp_.rank() == 0) {
-      part_->local_to_dense(m_.data(), m, 0);
-      part_->local_to_dense(v_.data(), v, 0);
-    }
-    return;
-  }
-  collect(m_.data(), m, p2p_tag::zero_gather_m);
-  collect(v_.data(), v, p2p_tag::zero_gather_v);
 }
 
 void ZeroEngine::zero_grad() {
@@ -359,28 +349,24 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   traffic_.weights_intra += now.gather[1] - before.gather[1];
 }
 
-double ZeroEngine::grad_norm() {
-  if (opt_.stage == 0) return std::sqrt(sum_of_squares(grads_->full_grads(), size_t(part_->padded_total())));
-  // Partial sums gathered and added in rank order: exact doubles, the same on every rank.
-  double local = sum_of_squares(grads_->shard_grads(), size_t(part_->local_total()));
-  std::vector<double> all(size_t(dp_.size()));
-  dp_.all_gather(&local, all.data(), sizeof(double), DType::u8);
-  double sum = 0;
-  for (double s : all) sum += s;
-  return std::sqrt(sum);
+GradNormPart ZeroEngine::grad_norm_part() {
+  if (opt_.stage == 0) return {{grads_->full_grads(), size_t(part_->padded_total())}, nullptr};
+  return {{grads_->shard_grads(), size_t(part_->local_total())}, &dp_};
 }
 
-void ZeroEngine::step(const AdamWConfig& config, float lr, int64_t step, float grad_scale) {
+void ZeroEngine::step(float lr, int64_t step, float grad_scale) {
   release_all();  // gathered copies go stale with the update
   for (FloatBuffer& sec : secondary_) sec.resize(0);
   const auto& tensors = model_.table().tensors();
   float* grads = opt_.stage == 0 ? grads_->full_grads() : grads_->shard_grads();
+  std::vector<float*> state(state_.size());
   for (const Partition::LocalSlice& s : part_->local_slices()) {
     float* p = master_.size() ? master_.data() + s.local_begin
                               : params_.data() + (opt_.stage == 3 ? s.local_begin : s.padded_begin);
     // Stage 0's one-rank partition has local == padded.
-    adamw_update(p, grads + s.local_begin, m_.data() + s.local_begin, v_.data() + s.local_begin,
-                 size_t(s.size), config, lr, step, grad_scale, tensors[size_t(s.tensor)].weight_decay);
+    for (size_t k = 0; k < state_.size(); ++k) state[k] = state_[k].data() + s.local_begin;
+    optimizer_.update(p, grads + s.local_begin, state.data(), size_t(s.size), lr, step, grad_scale,
+                      tensors[size_t(s.tensor)].weight_decay);
   }
   if (opt_.stage == 1 || opt_.stage == 2) gather_weights_after_step(step);
 }
@@ -390,7 +376,7 @@ MemoryReport ZeroEngine::memory() const {
   r.params = params_.bytes() + master_.bytes();
   for (const FloatBuffer& sec : secondary_) r.params += sec.bytes();
   r.grads = grads_->grad_bytes();
-  r.optimizer = m_.bytes() + v_.bytes();
+  for (const FloatBuffer& st : state_) r.optimizer += st.bytes();
   r.activations = model_.activation_bytes();
   r.comm_buffers = uint64_t(peak_gathered_bytes_) + grads_->peak_buffer_bytes();
   return r;

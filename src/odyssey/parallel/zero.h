@@ -30,9 +30,10 @@
 
 #include "odyssey/comm/communicator.h"
 #include "odyssey/model/stage.h"
-#include "odyssey/optim/adamw.h"
+#include "odyssey/optim/optimizer.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/data_parallel.h"
+#include "odyssey/parallel/reductions.h"
 #include "odyssey/parallel/shard.h"
 #include "odyssey/parallel/zeropp.h"
 
@@ -65,30 +66,31 @@ struct MemoryReport {
 class ZeroEngine : public LayerHooks {
  public:
   // model must be built without storage (Stage::owns_storage); the engine owns its storage and
-  // installs itself as the model's hooks.
-  ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options);
+  // installs itself as the model's hooks. The optimizer's rule runs on this rank's slices; the engine
+  // keeps its state (one local buffer per Optimizer::state_names()). Both must outlive the engine.
+  ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options, const Optimizer& optimizer);
   ~ZeroEngine() override;
 
-  // Every rank passes the same full dense parameters (init or checkpoint) and moments (null: zero);
-  // each keeps what its stage keeps. weights (has_weight_replica() only; null: rebuilt from params):
-  // the full dense model-weight replica a checkpoint saved, which differs from the master by the
-  // accumulated quantization error.
-  void load(const float* params, const float* m, const float* v, const float* weights = nullptr);
+  // Every rank passes the same full dense parameters (init or checkpoint) and optimizer state (one
+  // dense buffer per state name; empty: zero); each keeps what its stage keeps. weights (has_weight_replica()
+  // only; null: rebuilt from params): the full dense model-weight replica a checkpoint saved, which differs
+  // from the master by the accumulated quantization error.
+  void load(const float* params, std::span<const float* const> state = {}, const float* weights = nullptr);
   // The optimizer steps completed (0 on a fresh start; a checkpoint's step on resume). The stochastic
   // rounding keys of the quantized collectives derive from the step, so a resumed run draws the same
   // rounding as an uninterrupted one.
   void set_completed_steps(int64_t steps);
-  // Collective: full dense params (and m, v when with_moments, the same on every rank) on rank 0;
-  // the pointers are used on rank 0 only (others may pass null).
-  void gather_to_root(float* params, float* m, float* v, bool with_moments);
+  // Collective: the full dense master parameters on rank 0 (params is used on rank 0 only).
+  void gather_params_to_root(float* params);
 
   void zero_grad();
   void begin_micro_step(bool last);
   void end_micro_step();
-  // Global gradient norm (collective for stages >= 1).
-  double grad_norm();
-  // AdamW on this rank's elements, then (stages 1-2) the parameter all-gather.
-  void step(const AdamWConfig& config, float lr, int64_t step, float grad_scale);
+  // This rank's gradients as a part of the global norm (parallel/reductions.h): the shard over dp
+  // (stages >= 1) or the whole replicated buffer (stage 0). Valid after the last end_micro_step.
+  GradNormPart grad_norm_part();
+  // The optimizer on this rank's elements, then (stages 1-2) the parameter all-gather.
+  void step(float lr, int64_t step, float grad_scale);
 
   MemoryReport memory() const;
   const Partition& partition() const { return *part_; }
@@ -97,8 +99,9 @@ class ZeroEngine : public LayerHooks {
   // else in the full padded layout; the moments are in the local layout (stage 0: the whole buffer).
   const float* param_storage() const { return master_.size() ? master_.data() : params_.data(); }
   bool param_storage_local() const { return opt_.stage == 3 || master_.size() > 0; }
-  const float* m_storage() const { return m_.data(); }
-  const float* v_storage() const { return v_.data(); }
+  const Optimizer& optimizer() const { return optimizer_; }
+  // Optimizer state k (Optimizer::state_names()[k]), local layout.
+  const float* state_storage(size_t k) const { return state_[k].data(); }
   int stage() const { return opt_.stage; }
   double grad_wait_seconds() const { return grads_->wait_seconds(); }
   const CommTraffic& traffic() const { return traffic_; }
@@ -145,7 +148,8 @@ class ZeroEngine : public LayerHooks {
   ZeroOptions opt_;
   std::unique_ptr<Partition> part_;
   FloatBuffer params_;  // stages 0-2: full, padded layout; stage 3: this rank's shard (local layout)
-  FloatBuffer m_, v_;   // stage 0: full; stages >= 1: local
+  const Optimizer& optimizer_;
+  std::vector<FloatBuffer> state_;  // per optimizer state: stage 0 full; stages >= 1 local
   std::unique_ptr<GradSync> grads_;
   std::vector<Gathered> gathered_;  // stage 3, per unit
   // Stage 3: the model's unit schedule; per unit the positions of its forward uses (in order), which

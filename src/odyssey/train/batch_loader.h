@@ -10,21 +10,19 @@
 
 #include "odyssey/data/dataset.h"
 #include "odyssey/parallel/sequence_shard.h"
+#include "odyssey/train/micro_batches.h"
 
 namespace odyssey {
 
-class BatchLoader {
+class BatchLoader final : public MicroBatches {
  public:
   BatchLoader(const TokenDataset& data, int global_batch, int micro_batch, int dp_rank, int dp_size,
               const SequenceShard& shard);
 
-  int rows() const { return micro_batch_; }
-  int local_len() const { return int(positions_.size()); }  // tokens per row on this rank
-  // Global positions of the local tokens [local_len()], for GPT2::forward.
-  const int* positions() const { return positions_.data(); }
-
-  // inputs, targets: [rows(), local_len()] for micro-step `micro` of optimizer step `step`.
-  void load(int64_t step, int micro, int* inputs, int* targets);
+  int rows() const override { return micro_batch_; }
+  int local_len() const override { return int(positions_.size()); }
+  const int* positions() const override { return positions_.data(); }
+  void load(int64_t step, int micro, int* inputs, int* targets) override;
   // The same for rows [first, first + rows()) of the data (evaluation); rows past `limit` are
   // filled with targets -1 (not counted).
   void load_rows(uint64_t first, uint64_t limit, int* inputs, int* targets);

@@ -22,7 +22,7 @@ namespace {
 // and (stages 1-2) in the padded model-weight replica.
 struct Run {
   int64_t begin = 0, end = 0;
-  int64_t param_at = 0, moment_at = 0, replica_at = 0;
+  int64_t param_at = 0, state_at = 0, replica_at = 0;
 };
 
 // Everything the rank's partition keeps locally (stage 0: the whole buffer, a one-rank partition).
@@ -50,11 +50,13 @@ std::vector<Run> written_runs(const ZeroEngine& engine, int dp_size, int dp_rank
   for (const Run& run : runs) {
     const int64_t b = std::max(run.begin, share.begin), e = std::min(run.end, share.end);
     if (b < e)
-      clipped.push_back({b, e, run.param_at + (b - run.begin), run.moment_at + (b - run.begin),
+      clipped.push_back({b, e, run.param_at + (b - run.begin), run.state_at + (b - run.begin),
                          run.replica_at + (b - run.begin)});
   }
   return clipped;
 }
+
+constexpr size_t kMaxKinds = 8;  // params, the optimizer's states, weights
 
 void pause_for_tests() {
   static const char* env = std::getenv("ODYSSEY_CHECKPOINT_PAUSE_MS");
@@ -75,23 +77,29 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
   dp.barrier();
 
   const std::vector<Run> runs = written_runs(engine, dp.size(), dp.rank());
-  // The model-weight replica, when it is not the master (every rank's is the same; each writes the
-  // slice of its shard): restored on a resume under the same layout, so the run continues exactly.
-  const int kinds = engine.has_weight_replica() ? 4 : 3;
-  const float* storage[4] = {engine.param_storage(), engine.m_storage(), engine.v_storage(),
-                             engine.model_weights().data()};
+  // The kinds this rank writes: the master weights, the optimizer's state and the model-weight replica
+  // when it is not the master (every rank's is the same; each writes the slice of its shard): that is
+  // restored on a resume under the same layout, so the run continues exactly.
+  struct Kind {
+    std::string name;
+    const float* storage;
+    int64_t Run::*at;  // where a run sits in this storage
+  };
+  std::vector<Kind> kinds = {{"params", engine.param_storage(), &Run::param_at}};
+  const std::vector<std::string>& state_names = engine.optimizer().state_names();
+  for (size_t k = 0; k < state_names.size(); ++k)
+    kinds.push_back({state_names[k], engine.state_storage(k), &Run::state_at});
+  if (engine.has_weight_replica())
+    kinds.push_back({"weights", engine.model_weights().data(), &Run::replica_at});
+  ODY_CHECK(kinds.size() <= kMaxKinds, "checkpoint: {} kinds of state, at most {}", kinds.size(), kMaxKinds);
   struct Report {
-    WrittenFile files[4];
-  } mine;
-  for (int k = 0; k < kinds; ++k) {
+    WrittenFile files[kMaxKinds];
+  } mine{};
+  for (size_t k = 0; k < kinds.size(); ++k) {
     std::vector<DenseRange> pieces;
-    for (const Run& run : runs)
-      pieces.push_back({run.begin, run.end,
-                        storage[k] + (k == 0   ? run.param_at
-                                      : k == 3 ? run.replica_at
-                                               : run.moment_at)});
+    for (const Run& run : runs) pieces.push_back({run.begin, run.end, kinds[k].storage + run.*kinds[k].at});
     pause_for_tests();
-    mine.files[k] = write_slice_file(tmp_dir, checkpoint_kinds()[size_t(k)], dp.rank(), table, pieces);
+    mine.files[k] = write_slice_file(tmp_dir, kinds[k].name, dp.rank(), table, pieces);
   }
   // Also the barrier: rank 0 commits only once every rank's files are complete.
   std::vector<Report> all(size_t(dp.size()));
@@ -99,20 +107,24 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
 
   const std::string final_dir = run_dir + "/" + checkpoint_step_name(state.step);
   if (dp.rank() == 0) {
-    std::vector<std::vector<WrittenFile>> files(static_cast<size_t>(kinds));
-    for (int k = 0; k < kinds; ++k)
-      for (const Report& r : all) files[size_t(k)].push_back(r.files[k]);
+    std::vector<std::string> names;
+    std::vector<std::vector<WrittenFile>> files(kinds.size());
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      names.push_back(kinds[k].name);
+      for (const Report& r : all) files[k].push_back(r.files[k]);
+    }
     CheckpointState s = state;
-    if (kinds == 4) s.layout["weights_replica"] = engine.replica_layout();
+    if (engine.has_weight_replica()) s.layout["weights_replica"] = engine.replica_layout();
     pause_for_tests();
-    commit_checkpoint(run_dir, tmp_dir, s, table, dp.size(), files, keep);
+    commit_checkpoint(run_dir, tmp_dir, s, table, dp.size(), names, files, keep);
   }
   dp.barrier();  // nobody reads or resumes before rank 0 has renamed it into place
-  if (dp.rank() == 0)
-    log_info(
-        "checkpoint step {} saved by {} ranks in {:.2f} s ({:.1f} MB per rank)", state.step, dp.size(),
-        timer.seconds(),
-        double(mine.files[0].bytes + mine.files[1].bytes + mine.files[2].bytes + mine.files[3].bytes) / 1e6);
+  if (dp.rank() == 0) {
+    uint64_t bytes = 0;
+    for (const WrittenFile& f : mine.files) bytes += f.bytes;
+    log_info("checkpoint step {} saved by {} ranks in {:.2f} s ({:.1f} MB per rank)", state.step, dp.size(),
+             timer.seconds(), double(bytes) / 1e6);
+  }
   return final_dir;
 }
 
@@ -121,10 +133,19 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   const size_t P = size_t(table.total());
   // Dense staging buffers whose untouched pages cost nothing: under ZeRO-3 a rank reads and keeps only
   // its slices, so resuming holds a 1/dp share of the model state, not three dense copies.
-  ZeroPages params(P), m(P), v(P);
+  const std::vector<std::string>& state_names = engine.optimizer().state_names();
+  ZeroPages params(P);
+  std::vector<std::unique_ptr<ZeroPages>> opt_state;
+  std::vector<const float*> opt_ptrs;
+  for (size_t k = 0; k < state_names.size(); ++k) {
+    opt_state.push_back(std::make_unique<ZeroPages>(P));
+    opt_ptrs.push_back(opt_state.back()->data());
+  }
   if (state.format_version < 2) {
-    load_checkpoint(dir, table, params.data(), m.data(), v.data());
-    engine.load(params.data(), m.data(), v.data());
+    ODY_CHECK(state_names == std::vector<std::string>({"m", "v"}),
+              "{}: a format-1 checkpoint holds AdamW's moments, not this optimizer's state", dir);
+    load_checkpoint(dir, table, params.data(), opt_state[0]->data(), opt_state[1]->data());
+    engine.load(params.data(), opt_ptrs);
     engine.set_completed_steps(state.step);
     return state;
   }
@@ -133,15 +154,17 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   std::vector<DenseRange> all = {{0, table.total()}}, mine;
   for (const Run& run : local_runs(engine)) mine.push_back({run.begin, run.end});
   read_slices(dir, state, table, "params", engine.stage() == 3 ? mine : all, params.data());
-  bool has_moments = false, has_replica = false;
+  // The optimizer state when the checkpoint holds all of it (a weights-only checkpoint starts it at zero).
+  size_t states_held = 0;
+  bool has_replica = false;
   for (const auto& k : state.manifest.at("kinds")) {
-    has_moments |= k == "m";
+    states_held += std::count(state_names.begin(), state_names.end(), k.get<std::string>());
     has_replica |= k == "weights";
   }
-  if (has_moments) {
-    read_slices(dir, state, table, "m", engine.stage() == 0 ? all : mine, m.data());
-    read_slices(dir, state, table, "v", engine.stage() == 0 ? all : mine, v.data());
-  }
+  const bool has_state = !state_names.empty() && states_held == state_names.size();
+  if (has_state)
+    for (size_t k = 0; k < state_names.size(); ++k)
+      read_slices(dir, state, table, state_names[k], engine.stage() == 0 ? all : mine, opt_state[k]->data());
   // The saved model-weight replica only under the layout that quantized it; otherwise (or when the
   // checkpoint has none) the replica is rebuilt from the master, one quantization error away.
   std::unique_ptr<ZeroPages> weights;
@@ -156,7 +179,8 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
                            : "no saved model-weight replica");
     }
   }
-  engine.load(params.data(), has_moments ? m.data() : nullptr, has_moments ? v.data() : nullptr,
+  engine.load(params.data(),
+              has_state ? std::span<const float* const>(opt_ptrs) : std::span<const float* const>(),
               weights ? weights->data() : nullptr);
   engine.set_completed_steps(state.step);
   return state;

@@ -21,7 +21,6 @@
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/model/architecture.h"
 #include "odyssey/optim/adamw.h"
-#include "odyssey/optim/grad_clip.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/sequence_shard.h"
 #include "odyssey/parallel/usp_attention.h"
@@ -32,6 +31,7 @@
 #include "odyssey/train/metrics.h"
 #include "odyssey/train/run_directory.h"
 #include "odyssey/train/sharded_checkpoint.h"
+#include "odyssey/train/train_step.h"
 
 namespace odyssey {
 
@@ -103,23 +103,6 @@ void check_same_model(const ModelConfig& want, const ModelConfig& have, const st
   check("model.vocab_size", want.vocab_size, have.vocab_size);
 }
 
-// A rank's sum of token losses and the tokens counted.
-struct LossSum {
-  double sum;
-  int64_t count;
-};
-
-// The token mean over all data-parallel ranks: the partial sums are gathered and added in rank order,
-// so every rank gets the same double.
-double global_mean(Communicator& dp, const LossSum& local) {
-  std::vector<LossSum> all(static_cast<size_t>(dp.size()));
-  dp.all_gather(&local, all.data(), sizeof(LossSum), DType::u8);
-  double sum = 0;
-  int64_t count = 0;
-  for (const LossSum& a : all) sum += a.sum, count += a.count;
-  return count > 0 ? sum / double(count) : 0.0;
-}
-
 }  // namespace
 
 TrainResult run_training(const RunConfig& config, bool dry_run) {
@@ -165,7 +148,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     for (int r : grid.members(GridGroup::dp_sp)) local += std::count(node.begin(), node.end(), r) > 0;
     zo.comm.ranks_per_node = local;
   }
-  ZeroEngine engine(model, replicas, zo);
+  const AdamW optimizer(AdamWConfig{tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay});
+  ZeroEngine engine(model, replicas, zo, optimizer);
 
   // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
   std::unique_ptr<SequenceParallelAttention> sp_attention;
@@ -247,11 +231,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   } else {
     FloatBuffer params(P);
     arch.init(params.data(), table, config.model, tc.seed);
-    engine.load(params.data(), nullptr, nullptr);
+    engine.load(params.data());
   }
 
   LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  AdamWConfig adamw{tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay};
   // Collective: every rank writes its own slices in parallel (sharded_checkpoint.h).
   auto save = [&](int64_t step) {
     CheckpointState state;
@@ -323,9 +306,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   auto validate = [&] {
     return evaluate_distributed(model, *acts, *val_rows, val_row_count, dp.rank(), ranks, replicas);
   };
-  const int Tl = train_rows ? train_rows->local_len() : T;  // tokens per row on this rank
-  std::vector<int> inputs(size_t(tc.micro_batch) * Tl), targets(size_t(tc.micro_batch) * Tl);
-  const float dloss = 1.0f / float(int64_t(tc.global_batch) * T);
+  StepSettings step_settings;
+  step_settings.micro_steps = accum;
+  step_settings.dloss = 1.0f / float(int64_t(tc.global_batch) * T);
+  step_settings.grad_clip = tc.grad_clip;
   double total_tokens_per_s = 0;
   int64_t steps_run = 0;
   StopSignals stop_signals;
@@ -335,25 +319,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   for (int64_t step = start_step; step < end_step; ++step) {
     world.stats().reset();  // the metrics report this step's traffic
     Timer timer;
-    engine.zero_grad();
-    LossSum local{0, 0};
-    for (int micro = 0; micro < accum; ++micro) {
-      train_rows->load(step, micro, inputs.data(), targets.data());
-      engine.begin_micro_step(micro == accum - 1);
-      int64_t n = 0;
-      model.forward(*acts, inputs.data(), targets.data(), train_rows->positions(), tc.micro_batch, Tl);
-      local.sum += model.loss(*acts, dloss, &n);
-      model.backward(*acts);
-      local.count += n;
-      engine.end_micro_step();
-    }
-    const double loss = global_mean(replicas, local);
-    const double grad_norm = engine.grad_norm();
-    ODY_CHECK(std::isfinite(loss) && std::isfinite(grad_norm),
-              "step {}: loss {} / gradient norm {} is not finite", step + 1, loss, grad_norm);
-    const float scale = clip_scale(grad_norm, tc.grad_clip);
     const float lr = schedule.at(step);
-    engine.step(adamw, lr, step + 1, scale);
+    const StepResult stepped =
+        train_step(model, *acts, engine, *train_rows, replicas, step_settings, step, lr);
+    const double loss = stepped.loss, grad_norm = stepped.grad_norm;
     const double ms = timer.ms();
     const nlohmann::json comm = world.stats().to_json();
     MemoryReport memory = engine.memory();

@@ -1,0 +1,37 @@
+// One optimizer step, written once: the trainer runs it, and the parity tests and benchmarks drive
+// this same function (torchtitan's train_step). For each micro-step, this rank's rows go through
+// forward, loss and backward between the gradient engine's micro-step hooks (bucketed reductions,
+// ZeRO-3 gathers); then the token-mean loss over the ranks holding disjoint tokens, the global
+// gradient norm, clipping, and the optimizer's update at the step's learning rate.
+#pragma once
+
+#include <cstdint>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/model/op_observer.h"
+#include "odyssey/model/stage.h"
+#include "odyssey/parallel/zero.h"
+#include "odyssey/train/micro_batches.h"
+
+namespace odyssey {
+
+struct StepSettings {
+  int micro_steps = 1;  // micro-steps per optimizer step on each rank
+  float dloss = 0;      // each token's loss weight: 1 / tokens in the global batch
+  float grad_clip = 0;  // maximum global gradient norm (<= 0: no clipping)
+};
+
+struct StepResult {
+  double loss = 0;       // token mean over the global batch
+  double grad_norm = 0;  // before clipping
+};
+
+// step: 0-based (the optimizer sees step + 1). acts: the activations the micro-steps run in.
+// loss_group: the ranks holding disjoint tokens (dp x sp). observer: times the step's own phases
+// ("memset.zero_grads", "optim.grad_norm", "optim.update"); the model's ops are observed through
+// Stage::set_observer. A loss or norm that is not finite fails naming the step, before any parameter changes.
+StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, MicroBatches& data,
+                      Communicator& loss_group, const StepSettings& settings, int64_t step, float lr,
+                      OpObserver* observer = nullptr);
+
+}  // namespace odyssey
