@@ -73,7 +73,7 @@ int run(int argc, char** argv) {
   omp_set_num_threads(threads);
 
   ProcessGrid grid(w, {.sp_ulysses = U, .sp_ring = R});
-  SpAttentionOptions opt{parse_ring_layout(a["layout"])};
+  SpAttentionOptions opt{parse_enum(kRingLayoutNames, a["layout"], "--layout")};
   SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring(), opt);
   const int Tl = int(shard_positions(T, op.shard()).size());
   const size_t C = size_t(H) * D, N = size_t(B) * Tl;

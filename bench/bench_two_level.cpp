@@ -61,7 +61,7 @@ int bench(int argc, char** argv) {
   const int P = w.size(), D = std::min(ranks_per_node, P);
   ODY_CHECK(P % D == 0 && P / D >= 1, "--ranks-per-node {} must divide {} ranks", D, P);
   CommOptions c;
-  c.grads = grads;
+  c.grads = parse_enum(kGradCommNames, grads, "--grads");
   validate_comm_keys(c, 1);
   ODY_CHECK(c.two_level_grads(), "--grads {} is not a two-level format", grads);
   NodeSplit nodes = split_nodes(w, D);

@@ -17,7 +17,7 @@ namespace {
 
 LrSchedule make(const char* kind, int64_t warmup, int64_t total, float lr = 1e-3f, float min_lr = 1e-4f) {
   LrSchedule s;
-  s.kind = kind;
+  s.kind = parse_enum(kScheduleNames, kind, "train.schedule");
   s.lr = lr;
   s.min_lr = min_lr;
   s.warmup_steps = warmup;

@@ -61,8 +61,8 @@ RunOut run(const Mode& mode, bool identity, int micro_batch, double bucket_mb = 
   ZeroOptions o;
   o.stage = mode.stage;
   o.bucket_mb = bucket_mb;
-  o.comm.weights = mode.weights;
-  o.comm.grads = mode.grads;
+  o.comm.weights = parse_enum(kWeightCommNames, mode.weights, "comm.weights");
+  o.comm.grads = parse_enum(kGradCommNames, mode.grads, "comm.grads");
   o.comm.hpz = mode.hpz;
   o.comm.ranks_per_node = ranks_per_node(w.size());
   o.comm.identity = identity;
@@ -200,10 +200,10 @@ TEST(QuantizedCommConfig, BadCombinationsAreRefused) {
     return std::string();
   };
   CommOptions qwd;
-  qwd.weights = "qwd";
+  qwd.weights = WeightComm::qwd;
   EXPECT_NE(message(qwd, 3, 4).find("ZeRO-3"), std::string::npos);
   CommOptions tlq;
-  tlq.grads = "tlq_hs";
+  tlq.grads = GradComm::tlq_hs;
   tlq.ranks_per_node = 4;
   EXPECT_NE(message(tlq, 2, 4).find("more than one node"), std::string::npos);
   tlq.ranks_per_node = 2;
@@ -212,18 +212,23 @@ TEST(QuantizedCommConfig, BadCombinationsAreRefused) {
   hpz.hpz = true;
   EXPECT_NE(message(hpz, 2, 4).find("zero_stage 3"), std::string::npos);
   CommOptions grads0;
-  grads0.grads = "int8";
+  grads0.grads = GradComm::int8;
   EXPECT_NE(message(grads0, 0, 4).find("ZeRO-0"), std::string::npos);
   CommOptions piped = tlq;
   piped.grad_pipeline = 0;
   EXPECT_NE(message(piped, 2, 4).find("comm.grad_pipeline must be in 1..64"), std::string::npos);
   piped.grad_pipeline = 8;
   EXPECT_EQ(message(piped, 2, 4), "");
-  piped.grads = "int8";
+  piped.grads = GradComm::int8;
   EXPECT_NE(message(piped, 2, 4).find("no second hop"), std::string::npos);
-  CommOptions bad;
-  bad.weights = "fp8";
-  EXPECT_NE(message(bad, 1, 4).find("comm.weights"), std::string::npos);
+  try {
+    parse_enum(kWeightCommNames, "fp8", "comm.weights");
+    ADD_FAILURE() << "comm.weights=fp8 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("comm.weights: unknown value 'fp8' (none, int8, int4, qwd)"),
+              std::string::npos)
+        << e.what();
+  }
   // The engine refuses too, before any collective.
   GPT2 model(tiny_config(), false);
   ZeroOptions o;

@@ -52,7 +52,7 @@ std::vector<float> gradient(int rank, size_t P, size_t S) {
 
 WireFormat format(const std::string& grads, bool identity, bool inter) {
   CommOptions c;
-  c.grads = grads;
+  c.grads = parse_enum(kGradCommNames, grads, "comm.grads");
   c.identity = identity;
   return inter ? grad_inter_format(c) : grad_intra_format(c);
 }

@@ -17,7 +17,7 @@ namespace odyssey::sp_test {
 struct Layout {
   int U, R;
   RingLayout layout;
-  std::string name() const { return fmt::format("U{}xR{}-{}", U, R, ring_layout_name(layout)); }
+  std::string name() const { return fmt::format("U{}xR{}-{}", U, R, enum_name(kRingLayoutNames, layout)); }
 };
 
 // All factorisations U x R = P; both layouts when the ring has more than one rank.

@@ -53,7 +53,7 @@ TEST(SequenceShard, EveryLayoutPartitionsTheRow) {
           all = cat(all, ring_tokens);
         }
         std::sort(all.begin(), all.end());
-        EXPECT_EQ(all, range(0, T)) << U << "x" << R << " " << ring_layout_name(layout);
+        EXPECT_EQ(all, range(0, T)) << U << "x" << R << " " << enum_name(kRingLayoutNames, layout);
       }
 }
 
@@ -78,7 +78,7 @@ TEST(SequenceShard, ImpossibleLengthsStateTheRule) {
   EXPECT_EQ(message(20, {1, 4, 0, 0, RingLayout::contiguous}), "");
   EXPECT_NE(message(18, {1, 4, 0, 0, RingLayout::contiguous}).find("not a multiple"), std::string::npos);
   EXPECT_EQ(message(12, {3, 2, 0, 0, RingLayout::zigzag}), "");
-  EXPECT_THROW(parse_ring_layout("stripe"), Error);
+  EXPECT_THROW(parse_enum(kRingLayoutNames, "stripe", "parallel.sp_ring_layout"), Error);
 }
 
 }  // namespace

@@ -66,9 +66,9 @@ TEST(BatchLoader, RanksTileTheGlobalBatch) {
           const int accum = global / (micro * dp);
           const int Tl = kT / (sp.ulysses * sp.ring);
           ++splits;
-          SCOPED_TRACE(::testing::Message()
-                       << "dp " << dp << " ulysses " << sp.ulysses << " ring " << sp.ring << " "
-                       << ring_layout_name(sp.layout) << " global " << global << " micro " << micro);
+          SCOPED_TRACE(::testing::Message() << "dp " << dp << " ulysses " << sp.ulysses << " ring " << sp.ring
+                                            << " " << enum_name(kRingLayoutNames, sp.layout) << " global "
+                                            << global << " micro " << micro);
           for (int64_t step = 0; step < kSteps; ++step) {
             // covered[row][pos]: how many (rank, micro-step) loads hold token pos of the step's row.
             std::vector<int> covered(size_t(global) * kT, 0);

@@ -7,7 +7,7 @@ namespace odyssey {
 
 float LrSchedule::at(int64_t step) const {
   if (step < warmup_steps) return lr * float(step + 1) / float(warmup_steps);
-  if (kind == "constant") return lr;
+  if (kind == ScheduleKind::constant) return lr;
   int64_t decay_steps = std::max<int64_t>(1, total_steps - warmup_steps);
   double progress = std::min(1.0, double(step - warmup_steps) / double(decay_steps));
   double coeff = 0.5 * (1.0 + std::cos(M_PI * progress));

@@ -2,12 +2,17 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+
+#include "odyssey/core/enum_names.h"
 
 namespace odyssey {
 
+enum class ScheduleKind { cosine, constant };
+inline constexpr EnumNames<ScheduleKind, 2> kScheduleNames = {
+    {{"cosine", ScheduleKind::cosine}, {"constant", ScheduleKind::constant}}};
+
 struct LrSchedule {
-  std::string kind = "cosine";  // "cosine" or "constant"
+  ScheduleKind kind = ScheduleKind::cosine;
   float lr = 6e-4f;
   float min_lr = 0.0f;
   int64_t warmup_steps = 0;

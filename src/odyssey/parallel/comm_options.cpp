@@ -19,20 +19,16 @@ WireFormat make(int bits, size_t group, bool hadamard, Rounding rounding, bool i
 }  // namespace
 
 void validate_comm_keys(const CommOptions& c, int zero_stage) {
-  const std::string& w = c.weights;
-  const std::string& g = c.grads;
-  ODY_CHECK(w == "none" || w == "int8" || w == "int4" || w == "qwd",
-            "comm.weights must be none, int8, int4 or qwd, got '{}'", w);
-  ODY_CHECK(g == "none" || g == "int8" || g == "int4" || g == "qgz" || g == "tlq" || g == "tlq_hs",
-            "comm.grads must be none, int8, int4, qgz, tlq or tlq_hs, got '{}'", g);
+  const char* w = enum_name(kWeightCommNames, c.weights);
+  const char* g = enum_name(kGradCommNames, c.grads);
   ODY_CHECK(
-      w != "qwd" || zero_stage == 1 || zero_stage == 2,
+      c.weights != WeightComm::qwd || zero_stage == 1 || zero_stage == 2,
       "comm.weights=qwd needs parallel.zero_stage 1 or 2 (got {}): weight differences are taken against "
       "replicated model weights, which ZeRO-3 does not keep",
       zero_stage);
-  ODY_CHECK(w == "none" || zero_stage >= 1,
+  ODY_CHECK(c.weights == WeightComm::none || zero_stage >= 1,
             "comm.weights={} needs parallel.zero_stage >= 1: ZeRO-0 gathers no parameters", w);
-  ODY_CHECK(g == "none" || zero_stage >= 1,
+  ODY_CHECK(c.grads == GradComm::none || zero_stage >= 1,
             "comm.grads={} needs parallel.zero_stage >= 1: ZeRO-0 all-reduces gradients, there is no "
             "reduce-scatter to compress",
             g);
@@ -55,26 +51,27 @@ void validate_comm(const CommOptions& c, int zero_stage, int dp_size) {
             D);
   const int nodes = dp_size / D;
   ODY_CHECK(
-      !(c.grads == "tlq" || c.grads == "tlq_hs") || nodes > 1,
+      !c.tlq_grads() || nodes > 1,
       "comm.grads={} is the two-level (intra-node 8-bit, inter-node 4-bit) reduce-scatter and needs more "
       "than one node: the {} data-parallel ranks are all on one node (set parallel.ranks_per_node to "
       "emulate nodes)",
-      c.grads, dp_size);
+      enum_name(kGradCommNames, c.grads), dp_size);
 }
 
 WireFormat weight_format(const CommOptions& c) {
-  if (c.weights == "qwd") return make(4, 2048, false, Rounding::kStochastic, c.identity);
-  return make(c.weights == "int4" ? 4 : 8, 2048, false, Rounding::kNearest, c.identity);
+  if (c.weights == WeightComm::qwd) return make(4, 2048, false, Rounding::kStochastic, c.identity);
+  return make(c.weights == WeightComm::int4 ? 4 : 8, 2048, false, Rounding::kNearest, c.identity);
 }
 
 WireFormat grad_intra_format(const CommOptions& c) {
-  if (c.grads == "qgz") return make(4, 512, false, Rounding::kNearest, c.identity);
-  return make(c.grads == "int4" ? 4 : 8, 128, c.grads == "tlq_hs", Rounding::kStochastic, c.identity);
+  if (c.grads == GradComm::qgz) return make(4, 512, false, Rounding::kNearest, c.identity);
+  return make(c.grads == GradComm::int4 ? 4 : 8, 128, c.grads == GradComm::tlq_hs, Rounding::kStochastic,
+              c.identity);
 }
 
 WireFormat grad_inter_format(const CommOptions& c) {
-  if (c.grads == "qgz") return make(4, 512, false, Rounding::kNearest, c.identity);
-  return make(4, 128, c.grads == "tlq_hs", Rounding::kStochastic, c.identity);
+  if (c.grads == GradComm::qgz) return make(4, 512, false, Rounding::kNearest, c.identity);
+  return make(4, 128, c.grads == GradComm::tlq_hs, Rounding::kStochastic, c.identity);
 }
 
 int64_t comm_shard_align(const CommOptions& c) {

@@ -4,16 +4,6 @@
 
 namespace odyssey {
 
-RingLayout parse_ring_layout(const std::string& name) {
-  if (name == "zigzag") return RingLayout::zigzag;
-  if (name == "contiguous") return RingLayout::contiguous;
-  fail("ring layout '{}' is not one of: zigzag, contiguous", name);
-}
-
-const char* ring_layout_name(RingLayout layout) {
-  return layout == RingLayout::zigzag ? "zigzag" : "contiguous";
-}
-
 void check_sequence_shard(int T, const SequenceShard& s) {
   ODY_CHECK(s.ulysses >= 1 && s.ring >= 1,
             "sequence parallel sizes must be positive (sp_ulysses={}, sp_ring={})", s.ulysses, s.ring);

@@ -16,14 +16,15 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
+
+#include "odyssey/core/enum_names.h"
 
 namespace odyssey {
 
 enum class RingLayout { contiguous, zigzag };
-RingLayout parse_ring_layout(const std::string& name);  // "contiguous" | "zigzag"
-const char* ring_layout_name(RingLayout layout);
+inline constexpr EnumNames<RingLayout, 2> kRingLayoutNames = {
+    {{"zigzag", RingLayout::zigzag}, {"contiguous", RingLayout::contiguous}}};
 
 struct SequenceShard {
   int ulysses = 1, ring = 1;            // group sizes

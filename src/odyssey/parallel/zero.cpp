@@ -52,7 +52,7 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
     inter_ = std::move(nodes.inter);
     two_level_grads_ = comm.two_level_grads(intra_->size(), inter_->size());
   }
-  if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != "none")
+  if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != WeightComm::none)
     master_.resize(size_t(part_->local_total()));
   if (comm.hpz) secondary_.resize(size_t(table.num_units()));
   params_.resize(size_t(opt_.stage == 3 ? part_->local_total() : part_->padded_total()));
@@ -79,7 +79,7 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
   g.pooled = opt_.stage >= 2;
   g.overlap = opt_.overlap;
   g.max_in_flight = opt_.max_in_flight;
-  if (comm.grads != "none")
+  if (comm.grads != GradComm::none)
     g.reduce_scatter_fn = [this](const float* send, float* recv, size_t S, int segment) {
       reduce_scatter_compressed(send, recv, S, segment);
     };
@@ -123,7 +123,7 @@ void ZeroEngine::gather_start(int unit, bool forward) {
     shard = sec.data();
     count = sec.size();
   }
-  if (opt_.comm.weights != "none") {
+  if (opt_.comm.weights != WeightComm::none) {
     const RoundingKey key{opt_.comm.seed, grad_round_, uint32_t(dp_.rank()), uint32_t(s), 0};
     g.quantized.start(comm, weight_format_, shard, count, key);
   } else {
@@ -237,7 +237,7 @@ nlohmann::json ZeroEngine::replica_layout() const {
           {"zero_stage", opt_.stage},
           {"padded_total", part_->padded_total()},
           {"segments", part_->segments().size()},
-          {"weights", opt_.comm.weights},
+          {"weights", enum_name(kWeightCommNames, opt_.comm.weights)},
           {"identity", f.identity}};
 }
 
@@ -319,7 +319,7 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   const Snapshot before = snapshot();
   const int r = dp_.rank();
   const std::vector<Partition::Segment>& segs = part_->segments();
-  if (opt_.comm.weights == "none") {
+  if (opt_.comm.weights == WeightComm::none) {
     // Every rank's updated slices back into the full parameters, in place.
     std::vector<RequestPtr> requests;
     for (const Partition::Segment& seg : segs) {
@@ -335,7 +335,7 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
       const float* master = master_.data() + seg.local_begin;
       const size_t S = size_t(seg.layout.shard);
       const RoundingKey key{opt_.comm.seed, uint32_t(step), uint32_t(r), uint32_t(s), 0};
-      if (opt_.comm.weights == "qwd") {
+      if (opt_.comm.weights == WeightComm::qwd) {
         qwd_all_gather(dp_, weight_format_, master, model, S, key);
       } else {
         QuantizedGather g;

@@ -15,10 +15,12 @@
 namespace odyssey {
 namespace {
 
-// One settable key: how to set it from a TOML node (file) and from text (--set).
+// One settable key: how to set it from a TOML node (file) and from text (--set), and its value as
+// JSON (the run record).
 struct Key {
   std::function<void(RunConfig&, const toml::node&, const std::string&)> from_toml;
   std::function<void(RunConfig&, const std::string&, const std::string&)> from_text;
+  std::function<nlohmann::json(const RunConfig&)> to_json;
 };
 
 template <typename T>
@@ -31,7 +33,12 @@ T parse_number(const std::string& text, const std::string& key) {
   return value;
 }
 
-// Builds a Key for a field reached by `field(config)`.
+std::string unquote(const std::string& text) {
+  if (text.size() >= 2 && text.front() == '"' && text.back() == '"') return text.substr(1, text.size() - 2);
+  return text;
+}
+
+// A key for a bool, number or string field reached by `field(config)` (const or not).
 template <typename T, typename Get>
 Key make_key(Get field) {
   Key k;
@@ -60,19 +67,38 @@ Key make_key(Get field) {
       ODY_CHECK(text == "true" || text == "false", "{}: expected true or false, got '{}'", key, text);
       field(c) = text == "true";
     } else if constexpr (std::is_same_v<T, std::string>) {
-      std::string v = text;
-      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
-      field(c) = v;
+      field(c) = unquote(text);
     } else {
       field(c) = parse_number<T>(text, key);
     }
   };
+  k.to_json = [field](const RunConfig& c) { return nlohmann::json(field(c)); };
   return k;
 }
 
-#define ODY_KEY(name, type, member)                                      \
-  {                                                                      \
-    name, make_key<type>([](RunConfig& c) -> type& { return c.member; }) \
+// A key whose value is one of an enum's names.
+template <typename E, size_t N, typename Get>
+Key make_enum_key(Get field, const EnumNames<E, N>& names) {
+  Key k;
+  k.from_toml = [field, &names](RunConfig& c, const toml::node& node, const std::string& key) {
+    ODY_CHECK(node.is_string(), "{}: expected a string ({})", key, enum_choices(names));
+    field(c) = parse_enum(names, *node.value<std::string>(), key);
+  };
+  k.from_text = [field, &names](RunConfig& c, const std::string& text, const std::string& key) {
+    field(c) = parse_enum(names, unquote(text), key);
+  };
+  k.to_json = [field, &names](const RunConfig& c) { return nlohmann::json(enum_name(names, field(c))); };
+  return k;
+}
+
+#define ODY_KEY(name, type, member)                                 \
+  {                                                                 \
+    name, make_key<type>([](auto& c) -> auto& { return c.member; }) \
+  }
+#define ODY_ENUM_KEY(name, member, names)                       \
+  {                                                             \
+    name, make_enum_key(                                        \
+              [](auto& c) -> auto& { return c.member; }, names) \
   }
 
 const std::map<std::string, Key>& keys() {
@@ -95,14 +121,14 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("train.lr", float, train.lr),
       ODY_KEY("train.min_lr", float, train.min_lr),
       ODY_KEY("train.warmup_steps", int64_t, train.warmup_steps),
-      ODY_KEY("train.schedule", std::string, train.schedule),
+      ODY_ENUM_KEY("train.schedule", train.schedule, kScheduleNames),
       ODY_KEY("train.weight_decay", float, train.weight_decay),
       ODY_KEY("train.beta1", float, train.beta1),
       ODY_KEY("train.beta2", float, train.beta2),
       ODY_KEY("train.eps", float, train.eps),
       ODY_KEY("train.grad_clip", float, train.grad_clip),
       ODY_KEY("train.seed", uint64_t, train.seed),
-      ODY_KEY("train.precision", std::string, train.precision),
+      ODY_ENUM_KEY("train.precision", train.precision, kPrecisionNames),
       ODY_KEY("train.eval_every", int64_t, train.eval_every),
       ODY_KEY("train.eval_rows", int, train.eval_rows),
       ODY_KEY("train.threads", int, train.threads),
@@ -111,14 +137,14 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("parallel.dp", int, parallel.dp),
       ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses),
       ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
-      ODY_KEY("parallel.sp_ring_layout", std::string, parallel.sp_ring_layout),
+      ODY_ENUM_KEY("parallel.sp_ring_layout", parallel.sp_ring_layout, kRingLayoutNames),
       ODY_KEY("parallel.tp", int, parallel.tp),
       ODY_KEY("parallel.pp", int, parallel.pp),
       ODY_KEY("parallel.zero_stage", int, parallel.zero_stage),
       ODY_KEY("parallel.ranks_per_node", int, parallel.ranks_per_node),
       ODY_KEY("parallel.bucket_mb", double, parallel.bucket_mb),
-      ODY_KEY("comm.weights", std::string, comm.weights),
-      ODY_KEY("comm.grads", std::string, comm.grads),
+      ODY_ENUM_KEY("comm.weights", comm.weights, kWeightCommNames),
+      ODY_ENUM_KEY("comm.grads", comm.grads, kGradCommNames),
       ODY_KEY("comm.hpz", bool, comm.hpz),
       ODY_KEY("comm.grad_pipeline", int, comm.grad_pipeline),
       ODY_KEY("checkpoint.dir", std::string, checkpoint.dir),
@@ -132,6 +158,7 @@ const std::map<std::string, Key>& keys() {
   return table;
 }
 #undef ODY_KEY
+#undef ODY_ENUM_KEY
 
 const Key& find_key(const std::string& name, const std::string& source) {
   auto it = keys().find(name);
@@ -167,6 +194,15 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   return config;
 }
 
+nlohmann::json run_config_to_json(const RunConfig& config) {
+  nlohmann::json record = nlohmann::json::object();
+  for (const auto& [name, key] : keys()) {
+    const size_t dot = name.find('.');
+    record[name.substr(0, dot)][name.substr(dot + 1)] = key.to_json(config);
+  }
+  return record;
+}
+
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   return parse_run_config(read_text_file(path), path, overrides);
 }
@@ -184,14 +220,13 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr ({}) must be in [0, train.lr={}]", t.min_lr,
             t.lr);
   ODY_CHECK(t.warmup_steps >= 0, "train.warmup_steps must be >= 0, got {}", t.warmup_steps);
-  ODY_CHECK(t.schedule == "cosine" || t.schedule == "constant",
-            "train.schedule: unknown schedule '{}' (cosine, constant)", t.schedule);
   ODY_CHECK(t.beta1 >= 0 && t.beta1 < 1, "train.beta1 must be in [0, 1), got {}", t.beta1);
   ODY_CHECK(t.beta2 >= 0 && t.beta2 < 1, "train.beta2 must be in [0, 1), got {}", t.beta2);
   ODY_CHECK(t.eps > 0, "train.eps must be positive, got {}", t.eps);
   ODY_CHECK(t.weight_decay >= 0, "train.weight_decay must be >= 0, got {}", t.weight_decay);
   ODY_CHECK(t.grad_clip >= 0, "train.grad_clip must be >= 0 (0 disables), got {}", t.grad_clip);
-  ODY_CHECK(t.precision == "fp32", "train.precision: '{}' is not supported yet (fp32)", t.precision);
+  ODY_CHECK(t.precision == Precision::fp32, "train.precision: '{}' is not supported yet (fp32)",
+            enum_name(kPrecisionNames, t.precision));
   ODY_CHECK(t.eval_every >= 0, "train.eval_every must be >= 0, got {}", t.eval_every);
   ODY_CHECK(t.eval_rows >= 0, "train.eval_rows must be >= 0, got {}", t.eval_rows);
   ODY_CHECK(t.exit_after >= 0, "train.exit_after must be >= 0, got {}", t.exit_after);
@@ -221,12 +256,10 @@ void RunConfig::validate(int world_size) const {
             "parallel.tp ({}) / parallel.pp ({}): tensor and pipeline parallelism are not "
             "available in this build",
             p.tp, p.pp);
-  ODY_CHECK(p.sp_ring_layout == "zigzag" || p.sp_ring_layout == "contiguous",
-            "parallel.sp_ring_layout: unknown layout '{}' (zigzag, contiguous)", p.sp_ring_layout);
   if (p.sp_ulysses * p.sp_ring > 1) {
     // The sequence split and the head split must work for this model, before any work starts.
     try {
-      check_sequence_shard(seq_len(), {p.sp_ulysses, p.sp_ring, 0, 0, parse_ring_layout(p.sp_ring_layout)});
+      check_sequence_shard(seq_len(), {p.sp_ulysses, p.sp_ring, 0, 0, p.sp_ring_layout});
       UlyssesHeads(model.n_head, model.n_head, p.sp_ulysses);
     } catch (const Error& e) {
       fail("parallel.sp_ulysses ({}) x parallel.sp_ring ({}) with train.seq_len {} and model.n_head {}: {}",

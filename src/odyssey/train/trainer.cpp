@@ -41,30 +41,6 @@ void set_threads(int threads) {
 
 namespace {
 
-nlohmann::json run_config_json(const RunConfig& c) {
-  return {{"data",
-           {{"train", c.data.train},
-            {"val", c.data.val},
-            {"shuffle", c.data.shuffle},
-            {"tokenizer", c.data.tokenizer},
-            {"vocab_dir", c.data.vocab_dir}}},
-          {"train",
-           {{"steps", c.train.steps},
-            {"global_batch", c.train.global_batch},
-            {"micro_batch", c.train.micro_batch},
-            {"seq_len", c.seq_len()},
-            {"lr", c.train.lr},
-            {"min_lr", c.train.min_lr},
-            {"warmup_steps", c.train.warmup_steps},
-            {"schedule", c.train.schedule},
-            {"weight_decay", c.train.weight_decay},
-            {"beta1", c.train.beta1},
-            {"beta2", c.train.beta2},
-            {"eps", c.train.eps},
-            {"grad_clip", c.train.grad_clip},
-            {"seed", c.train.seed}}}};
-}
-
 // SIGTERM/SIGINT only raise this flag; the loop acts on it at a step boundary (saving first).
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
@@ -156,7 +132,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   SequenceShard shard;
   if (grid.sp().size() > 1) {
     SpAttentionOptions so;
-    so.layout = parse_ring_layout(pc.sp_ring_layout);
+    so.layout = pc.sp_ring_layout;
     sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
     model.set_attention(sp_attention.get());
     shard = sp_attention->shard();
@@ -242,7 +218,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     state.step = step;
     state.next_row = uint64_t(step) * uint64_t(tc.global_batch);
     state.seed = tc.seed;
-    state.run = run_config_json(config);
+    state.run = run_config_to_json(config);
     state.layout = {{"world_size", world.size()},
                     {"dp", ranks},
                     {"zero_stage", pc.zero_stage},
@@ -251,14 +227,13 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                     {"sp_ulysses", pc.sp_ulysses},
                     {"sp_ring", pc.sp_ring},
                     {"bucket_mb", pc.bucket_mb}};
-    state.schedule = {{"name", tc.schedule},
+    state.schedule = {{"name", enum_name(kScheduleNames, tc.schedule)},
                       {"lr", tc.lr},
                       {"min_lr", tc.min_lr},
                       {"warmup_steps", tc.warmup_steps},
                       {"total_steps", tc.steps},
                       {"step", step},
                       {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
-    state.run["parallel"] = state.layout;
     return save_sharded_checkpoint(replicas, engine, table, state, config.checkpoint.dir,
                                    config.checkpoint.keep);
   };
