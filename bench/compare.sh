@@ -17,7 +17,8 @@
 # wins. The summary's "host" names the CPU, the ISA oneDNN dispatched to, and OpenBLAS's core.
 #
 # Environment: THREADS (2), RUNS (3), STEPS (1 timed step per run, after WARMUP=1 untimed),
-# MODELS ("gpt2-124m mid", a subset, or "tiny" for a smoke test), BATCH_124M (1), BATCH_MID (4),
+# MODELS ("gpt2-124m mid", a subset, l4-t512 / l4-t4096 (4 layers, 512 wide, T = 512 / 4096), or
+# "tiny" for a smoke test), BATCH_124M (1), BATCH_MID (4),
 # BUILD_DIR (build-bench), OUT_DIR (a new temp dir), CORETYPE_CHECK=1 to add one PyTorch run of the
 # mid model without OPENBLAS_CORETYPE. OMP_WAIT_POLICY (passive): both engines run on libgomp; on a
 # shared machine its default spin-waiting makes every parallel region wait for a descheduled sibling
@@ -84,6 +85,9 @@ model_args() {
     gpt2-124m)
       echo "--n-layer 12 --n-head 12 --d-model 768 --seq-len 1024 --vocab 50257 --batch ${BATCH_124M:-1}" ;;
     mid) echo "--n-layer 6 --n-head 8 --d-model 512 --seq-len 512 --vocab 50257 --batch ${BATCH_MID:-4}" ;;
+    # The attention issue's two whole-step points: 4 layers, 512 wide, at T = 512 and T = 4096.
+    l4-t512) echo "--n-layer 4 --n-head 8 --d-model 512 --seq-len 512 --vocab 50257 --batch ${BATCH_MID:-4}" ;;
+    l4-t4096) echo "--n-layer 4 --n-head 8 --d-model 512 --seq-len 4096 --vocab 50257 --batch 1" ;;
     tiny) echo "--n-layer 2 --n-head 4 --d-model 128 --seq-len 128 --vocab 1000 --batch 2" ;;  # smoke test
     *) log "unknown model $1"; exit 2 ;;
   esac
