@@ -16,9 +16,9 @@
 //
 // phases_ms (medians, per step) come from the model's unit hooks (LayerHooks, passed on to the
 // engine's), a timing AttentionOp wrapper and train_step's own observer, so they cost nothing: embedding,
-// layers, final norm and LM head forward; the fused softmax cross-entropy; LM head, final norm, layers and
-// embedding backward; attention_fwd/bwd are the parts of layers_fwd/bwd spent in attention. -1: the model did
-// not call that hook.
+// layers and final norm forward; head_and_loss (the LM head, cross-entropy and their gradient, fused and
+// chunked over --head-chunk tokens); final norm, layers and embedding backward; attention_fwd/bwd are the
+// parts of layers_fwd/bwd spent in attention. -1: the model did not call that hook.
 //
 // --profile K additionally runs K steps (after the timed ones; the last is reported) through train_step
 // with an OpObserver (model/op_observer.h) that times every kernel call the stage and its
@@ -27,6 +27,7 @@
 //
 // Usage: bench_train [--n-layer 12] [--n-head 12] [--d-model 768] [--seq-len 1024] [--vocab 50257]
 //                    [--batch 1] [--steps 3] [--warmup 1] [--threads 2] [--seed 1] [--profile 0]
+//                    [--head-chunk 1024]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -62,15 +63,16 @@ namespace {
 struct Args {
   int n_layer = 12, n_head = 12, d_model = 768, seq_len = 1024, vocab = 50257;
   int batch = 1, steps = 3, warmup = 1, threads = 2, seed = 1, profile = 0;
+  int head_chunk = 1024;  // memory.head_chunk_tokens, as the trainer's default
 };
 
 Args parse_args(int argc, char** argv) {
   Args a;
   std::map<std::string, int*> keys = {
-      {"--n-layer", &a.n_layer}, {"--n-head", &a.n_head},  {"--d-model", &a.d_model},
-      {"--seq-len", &a.seq_len}, {"--vocab", &a.vocab},    {"--batch", &a.batch},
-      {"--steps", &a.steps},     {"--warmup", &a.warmup},  {"--threads", &a.threads},
-      {"--seed", &a.seed},       {"--profile", &a.profile}};
+      {"--n-layer", &a.n_layer}, {"--n-head", &a.n_head},   {"--d-model", &a.d_model},
+      {"--seq-len", &a.seq_len}, {"--vocab", &a.vocab},     {"--batch", &a.batch},
+      {"--steps", &a.steps},     {"--warmup", &a.warmup},   {"--threads", &a.threads},
+      {"--seed", &a.seed},       {"--profile", &a.profile}, {"--head-chunk", &a.head_chunk}};
   for (int i = 1; i < argc; ++i) {
     auto it = keys.find(argv[i]);
     if (it == keys.end() || i + 1 >= argc) {
@@ -281,6 +283,7 @@ int main(int argc, char** argv) {
   config.seq_len = args.seq_len;
   config.vocab_size = args.vocab;
   GPT2 model(config, false);
+  model.set_head_chunk_tokens(args.head_chunk);
   const AdamW adamw(AdamWConfig{});
   SingleCommunicator single("bench");
   ZeroEngine engine(model, single, ZeroOptions{}, adamw);
@@ -342,9 +345,7 @@ int main(int argc, char** argv) {
     push("embedding_fwd", hooks.span("bf0#0", "af0#0"));
     push("layers_fwd", hooks.span("bf1#0", "af" + Lu + "#0"));
     push("lnf_fwd", hooks.span("bf" + Fu + "#0", "af" + Fu + "#0"));
-    push("lm_head_fwd", hooks.span("bf0#1", "af0#1"));
-    push("cross_entropy_fwd_bwd", hooks.span("af0#1", "bb0#0"));
-    push("lm_head_bwd", hooks.span("bb0#0", "bb" + Fu + "#0"));
+    push("head_and_loss", hooks.span("af0#1", "bb" + Fu + "#0"));  // fused LM head, loss and their gradient
     push("lnf_bwd", hooks.span("bb" + Fu + "#0", "ab" + Fu + "#0"));
     push("layers_bwd", hooks.span("bb" + Lu + "#0", "ab1#0"));
     push("embedding_bwd", hooks.span("ab1#0", "ab0#0"));
@@ -372,7 +373,8 @@ int main(int argc, char** argv) {
         {"batch", B},
         {"threads", args.threads},
         {"steps", args.steps},
-        {"warmup", args.warmup}}},
+        {"warmup", args.warmup},
+        {"head_chunk_tokens", args.head_chunk}}},
       {"params", P},
       {"tokens_per_step", N},
       {"tokens_per_s", tokens_per_s},

@@ -62,7 +62,7 @@ TEST(RunConfig, AnUnknownChoiceNamesTheKeyAndTheChoices) {
 TEST(RunConfig, TheRecordHoldsEveryKeyAndReadsBack) {
   const RunConfig c = parse_run_config(kToml, "test", {"checkpoint.keep=3", "data.shuffle=true"});
   const nlohmann::json record = run_config_to_json(c);
-  for (const char* section : {"model", "data", "train", "parallel", "comm", "checkpoint", "log"})
+  for (const char* section : {"model", "data", "train", "parallel", "comm", "checkpoint", "memory", "log"})
     EXPECT_TRUE(record.contains(section)) << section;
   EXPECT_EQ(record["model"]["n_layer"], 3);
   EXPECT_EQ(record["comm"]["grads"], "tlq_hs");

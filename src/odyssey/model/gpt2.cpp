@@ -1,5 +1,8 @@
 #include "odyssey/model/gpt2.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/cross_entropy.h"
 #include "odyssey/kernels/embedding.h"
@@ -10,11 +13,20 @@ namespace odyssey {
 
 // --- activations ---------------------------------------------------------------------------------
 
-void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared_qkv_) {
-  if (B == B_ && T == T_ && shared_qkv == shared_qkv_) return;
+namespace {
+int head_rows(int N, int head_chunk_tokens) {
+  return head_chunk_tokens > 0 ? std::min(N, head_chunk_tokens) : N;
+}
+}  // namespace
+
+void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared_qkv_,
+                               int head_chunk_tokens) {
+  const int chunk = head_rows(B_ * T_, head_chunk_tokens);
+  if (B == B_ && T == T_ && shared_qkv == shared_qkv_ && head_chunk == chunk) return;
   B = B_;
   T = T_;
   shared_qkv = shared_qkv_;
+  head_chunk = chunk;
   const size_t N = size_t(B) * T, C = c.d_model;
   layers.clear();
   layers.resize(size_t(c.n_layer));
@@ -24,7 +36,7 @@ void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared
   lnf.resize(N * C);
   lnf_mean.resize(N);
   lnf_rstd.resize(N);
-  logits.resize(N * size_t(c.vocab_size));
+  logits.resize(size_t(head_chunk) * size_t(c.vocab_size));
   losses.resize(N);
   tokens.resize(N);
   targets.resize(N);
@@ -40,10 +52,12 @@ size_t Gpt2Activations::bytes() const {
   return total;
 }
 
-size_t Gpt2Activations::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv) {
+size_t Gpt2Activations::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv,
+                                  int head_chunk_tokens) {
   const size_t N = size_t(B) * T, C = c.d_model, L = c.n_layer;
-  // encoded, lnf, dres [N, C]; lnf stats and losses [N]; logits [N, V].
-  const size_t floats = N * C * 3 + 3 * N + N * size_t(c.vocab_size);
+  // encoded, lnf, dres [N, C]; lnf stats and losses [N]; logits [chunk, V].
+  const size_t floats =
+      N * C * 3 + 3 * N + size_t(head_rows(B * T, head_chunk_tokens)) * size_t(c.vocab_size);
   return L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv) +
          Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
          3 * N * sizeof(int32_t);  // tokens, targets, positions
@@ -80,7 +94,13 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
 }
 
 const float* GPT2::logits(const StageActivations& acts) const {
-  return static_cast<const Gpt2Activations&>(acts).logits.data();
+  const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
+  return a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+}
+
+void GPT2::set_head_chunk_tokens(int tokens) {
+  ODY_CHECK(tokens >= 0, "memory.head_chunk_tokens must be >= 0, got {}", tokens);
+  head_chunk_tokens_ = tokens;
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
@@ -89,8 +109,10 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
   ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  a.allocate(c, B, T, attention_->saves_qkv());
+  a.allocate(c, B, T, attention_->saves_qkv(), head_chunk_tokens_);
+  a.head_backward_done = false;
   const int N = B * T, C = c.d_model, V = c.vocab_size;
+  ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
   for (int i = 0; i < N; ++i) {
     ODY_CHECK(inputs[i] >= 0 && inputs[i] < V,
               "token id {} at row {}, position {} is outside the vocabulary [0, {})", inputs[i], i / T, i % T,
@@ -122,23 +144,48 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
                       w(table_.lnf_w()), w(table_.lnf_b()), N, C);
   });
   hooks_->after_forward(table_.final_unit());
-  // Tied LM head: logits = lnf wte^T.
+  // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
   hooks_->before_forward(0);
-  observed(o, "gemm.fwd.lm_head", 2.0 * N * double(C) * V,
-           [&] { linear_forward(a.logits.data(), a.lnf.data(), w(table_.wte()), nullptr, N, C, V); });
   hooks_->after_forward(0);
 }
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const int N = a.B * a.T, V = config_.vocab_size;
-  if (dloss > 0)
-    observed(observer_, "cross_entropy.fwd_bwd", 0, [&] {
-      cross_entropy_forward_backward(a.logits.data(), a.losses.data(), a.targets.data(), N, V, dloss);
+  const int N = a.B * a.T, C = config_.d_model, V = config_.vocab_size;
+  auto w = [this](const ParamInfo& t) { return param(t); };
+  auto d = [this](const ParamInfo& t) { return grad(t); };
+  OpObserver* o = observer_;
+  float* dln = a.scratch.dln.data();  // d(lnf) [N, C]
+  const bool train = dloss > 0;
+  if (train) {
+    // The LM head's backward use of unit 0 (tied wte) starts here: its gradient accumulates chunk by chunk.
+    hooks_->before_backward(0);
+    observed(o, "memset.act_grads", 0, [&] { a.scratch.dln.zero(); });
+  }
+  // Per chunk of m rows: logits [m, V] = lnf wte^T; the loss; in training dlogits in place, then
+  // dlnf [m, C] = dlogits wte and dwte += dlogits^T lnf.
+  for (int r0 = 0; r0 < N; r0 += a.head_chunk) {
+    const int m = std::min(a.head_chunk, N - r0);
+    const float* x = a.lnf.data() + size_t(r0) * C;
+    const double flops = 2.0 * m * double(C) * V;
+    observed(o, "gemm.fwd.lm_head", flops,
+             [&] { linear_forward(a.logits.data(), x, w(table_.wte()), nullptr, m, C, V); });
+    if (!train) {
+      observed(o, "cross_entropy.fwd", 0, [&] {
+        cross_entropy_forward(a.losses.data() + r0, a.logits.data(), a.targets.data() + r0, m, V);
+      });
+      continue;
+    }
+    observed(o, "cross_entropy.fwd_bwd", 0, [&] {
+      cross_entropy_forward_backward(a.logits.data(), a.losses.data() + r0, a.targets.data() + r0, m, V,
+                                     dloss);
     });
-  else
-    observed(observer_, "cross_entropy.fwd", 0,
-             [&] { cross_entropy_forward(a.losses.data(), a.logits.data(), a.targets.data(), N, V); });
+    observed(o, "gemm.dinp.lm_head", flops,
+             [&] { linear_backward_input(dln + size_t(r0) * C, a.logits.data(), w(table_.wte()), m, C, V); });
+    observed(o, "gemm.dweight.lm_head", flops,
+             [&] { linear_backward_weight(d(table_.wte()), a.logits.data(), x, m, C, V); });
+  }
+  a.head_backward_done = train;
   double sum = 0;
   int64_t n = 0;
   for (int i = 0; i < N; ++i)
@@ -150,20 +197,14 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
 void GPT2::backward(StageActivations& acts) {
   const ModelConfig& c = config_;
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const int N = a.B * a.T, C = c.d_model, V = c.vocab_size;
+  ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
+  a.head_backward_done = false;
+  const int N = a.B * a.T, C = c.d_model;
   auto w = [this](const ParamInfo& t) { return param(t); };
   auto d = [this](const ParamInfo& t) { return grad(t); };
   OpObserver* o = observer_;
-  float* dln = a.scratch.dln.data();
+  float* dln = a.scratch.dln.data();  // d(lnf), from loss()
 
-  // LM head (tied): dlnf = dlogits wte; dwte += dlogits^T lnf.
-  hooks_->before_backward(0);
-  observed(o, "memset.act_grads", 0, [&] { a.scratch.dln.zero(); });
-  const double head_flops = 2.0 * N * double(C) * V;
-  observed(o, "gemm.dinp.lm_head", head_flops,
-           [&] { linear_backward_input(dln, a.logits.data(), w(table_.wte()), N, C, V); });
-  observed(o, "gemm.dweight.lm_head", head_flops,
-           [&] { linear_backward_weight(d(table_.wte()), a.logits.data(), a.lnf.data(), N, C, V); });
   hooks_->before_backward(table_.final_unit());
   observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
   observed(o, "layernorm.bwd", 0, [&] {

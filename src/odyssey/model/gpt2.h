@@ -9,6 +9,12 @@
 //   forward:  0 embeddings, 1 + l each layer l = 0 .. L-1, L + 1 final norm, 0 LM head (tied to wte)
 //   backward: 0 LM head (unit 0 stays acquired until after the embedding backward), L + 1 final
 //             norm, 1 + l each layer l = L-1 .. 0
+//
+// The LM head and the loss are fused and chunked over tokens (long-context-memory.md §4.4): loss()
+// computes the logits of head_chunk_tokens rows at a time, their cross-entropy and, in training, their
+// gradient at once (dlnf and the tied embedding's gradient; the LM head's backward use of unit 0
+// begins there), so only one [chunk, V] block of logits ever exists. A chunk covering the whole
+// micro-batch computes exactly the unchunked head.
 #pragma once
 
 #include <cstdint>
@@ -31,15 +37,19 @@ struct Gpt2Activations : StageActivations {
   FloatBuffer encoded;                   // [N, C]
   std::vector<Gpt2LayerActs> layers;
   FloatBuffer lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
-  FloatBuffer logits;                   // [N, V]; holds dlogits after a loss with dloss
+  FloatBuffer logits;                   // [chunk, V]: one chunk of the LM head's logits (dlogits in training)
+  int head_chunk = 0;                   // rows per LM-head chunk (N: one chunk)
+  bool head_backward_done = false;      // the last loss() ran with dloss: backward() may follow
   FloatBuffer losses;                   // [N]
   FloatBuffer dres;                     // [N, C] d(residual stream), carried down through the layers
   Gpt2BlockScratch scratch;             // shared by the layers
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv = false);
+  // head_chunk_tokens: rows of logits held at once (0: all B*T).
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv = false, int head_chunk_tokens = 0);
   size_t bytes() const override;
-  // What allocate(config, B, T, shared_qkv) would hold, without allocating (the memory check).
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv = false);
+  // What allocate(config, B, T, shared_qkv, head_chunk_tokens) would hold, without allocating.
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv = false,
+                          int head_chunk_tokens = 0);
 };
 using Activations = Gpt2Activations;
 
@@ -70,6 +80,7 @@ class GPT2 : public Stage {
   void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }
   void set_observer(OpObserver* observer) override { observer_ = observer; }
+  void set_head_chunk_tokens(int tokens) override;
   const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
 
   std::unique_ptr<StageActivations> make_activations() const override;
@@ -82,7 +93,7 @@ class GPT2 : public Stage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return Gpt2Activations::bytes_for(config_, B, T, attention_->saves_qkv()) +
+    return Gpt2Activations::bytes_for(config_, B, T, attention_->saves_qkv(), head_chunk_tokens_) +
            attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), config_.n_layer);
   }
   size_t attention_bytes() const override { return attention_->bytes(); }
@@ -100,6 +111,7 @@ class GPT2 : public Stage {
   LayerHooks no_hooks_;
   LayerHooks* hooks_ = &no_hooks_;
   OpObserver* observer_ = nullptr;
+  int head_chunk_tokens_ = 0;
 };
 
 // Model FLOPs per token for a training step (forward + backward) at sequence length T:

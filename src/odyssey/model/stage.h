@@ -67,6 +67,9 @@ class Stage {
   virtual void set_attention(AttentionOp* op) = 0;
   virtual void set_hooks(LayerHooks* hooks) = 0;
   virtual void set_observer(OpObserver* observer) = 0;
+  // Rows of LM-head logits held at once (memory.head_chunk_tokens; 0: the whole micro-batch, which
+  // logits() needs).
+  virtual void set_head_chunk_tokens(int tokens) = 0;
 
   // The unit uses of one micro-batch, forward then backward; hooks are called in exactly this order.
   virtual const std::vector<UnitUse>& unit_schedule() const = 0;
@@ -81,7 +84,8 @@ class Stage {
   virtual double loss(StageActivations& acts, float dloss, int64_t* count) = 0;
   // Gradients accumulate into the units' gradient storage.
   virtual void backward(StageActivations& acts) = 0;
-  // Logits [B*T, V] of the last forward (valid after forward and a loss without dloss).
+  // Logits [B*T, V] of the last forward (valid after forward and a loss without dloss, when the LM head
+  // ran as one chunk; null otherwise).
   virtual const float* logits(const StageActivations& acts) const = 0;
 
   // Memory: the activations of a micro-batch of B rows x T tokens and the attention op's scratch and

@@ -152,6 +152,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("checkpoint.keep", int, checkpoint.keep),
       ODY_KEY("checkpoint.resume", bool, checkpoint.resume),
       ODY_KEY("checkpoint.overwrite", bool, checkpoint.overwrite),
+      ODY_KEY("memory.head_chunk_tokens", int, memory.head_chunk_tokens),
       ODY_KEY("log.metrics", std::string, log.metrics),
       ODY_KEY("log.every", int64_t, log.every),
   };
@@ -290,6 +291,9 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(!checkpoint.dir.empty(), "checkpoint.dir must not be empty");
   ODY_CHECK(checkpoint.every >= 0, "checkpoint.every must be >= 0, got {}", checkpoint.every);
   ODY_CHECK(checkpoint.keep >= 0, "checkpoint.keep must be >= 0, got {}", checkpoint.keep);
+  ODY_CHECK(memory.head_chunk_tokens >= 0,
+            "memory.head_chunk_tokens must be >= 0 (0: the whole micro-batch at once), got {}",
+            memory.head_chunk_tokens);
   ODY_CHECK(log.every >= 1, "log.every must be >= 1, got {}", log.every);
 }
 

@@ -1,4 +1,4 @@
-// The run configuration: TOML sections [model] [data] [train] [parallel] [comm] [checkpoint] [log],
+// The run configuration: TOML sections [model] [data] [train] [parallel] [comm] [checkpoint] [memory] [log],
 // each key overridable with --set section.key=value. Unknown keys, wrong types and impossible values
 // are errors that name the key. Values are parsed once into typed fields (choices into enums); one key
 // table (config.cpp) parses them and writes the whole run record (run_config_to_json).
@@ -73,6 +73,13 @@ struct CheckpointConfig {
   bool overwrite = false;
 };
 
+// Activation memory for long sequences (long-context-memory.md §5).
+struct MemoryConfig {
+  // Rows of LM-head logits held at once: the head and its loss run fused over chunks of this many
+  // tokens (4·V bytes each), never holding [tokens, V]. 0: the whole micro-batch in one chunk.
+  int head_chunk_tokens = 1024;
+};
+
 struct LogConfig {
   std::string metrics;  // default <checkpoint.dir>/metrics.jsonl
   int64_t every = 1;
@@ -85,6 +92,7 @@ struct RunConfig {
   ParallelConfig parallel;
   CommConfig comm;
   CheckpointConfig checkpoint;
+  MemoryConfig memory;
   LogConfig log;
 
   int seq_len() const { return train.seq_len > 0 ? train.seq_len : model.seq_len; }

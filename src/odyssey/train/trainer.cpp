@@ -107,6 +107,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const Architecture& arch = architecture(config.model.arch);
   const std::unique_ptr<Stage> stage = arch.make_model(config.model, false);
   Stage& model = *stage;
+  model.set_head_chunk_tokens(config.memory.head_chunk_tokens);
   const ParamTable& table = model.table();
   const size_t P = size_t(table.total());
   ZeroOptions zo;
