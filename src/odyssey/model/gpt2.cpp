@@ -4,10 +4,9 @@
 #include <limits>
 
 #include "odyssey/core/error.h"
-#include "odyssey/kernels/cross_entropy.h"
 #include "odyssey/kernels/embedding.h"
 #include "odyssey/kernels/layernorm.h"
-#include "odyssey/kernels/linear.h"
+#include "odyssey/model/lm_head.h"
 
 namespace odyssey {
 
@@ -162,29 +161,17 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
     hooks_->before_backward(0);
     observed(o, "memset.act_grads", 0, [&] { a.scratch.dln.zero(); });
   }
-  // Per chunk of m rows: logits [m, V] = lnf wte^T; the loss; in training dlogits in place, then
-  // dlnf [m, C] = dlogits wte and dwte += dlogits^T lnf.
-  for (int r0 = 0; r0 < N; r0 += a.head_chunk) {
-    const int m = std::min(a.head_chunk, N - r0);
-    const float* x = a.lnf.data() + size_t(r0) * C;
-    const double flops = 2.0 * m * double(C) * V;
-    observed(o, "gemm.fwd.lm_head", flops,
-             [&] { linear_forward(a.logits.data(), x, w(table_.wte()), nullptr, m, C, V); });
-    if (!train) {
-      observed(o, "cross_entropy.fwd", 0, [&] {
-        cross_entropy_forward(a.losses.data() + r0, a.logits.data(), a.targets.data() + r0, m, V);
-      });
-      continue;
-    }
-    observed(o, "cross_entropy.fwd_bwd", 0, [&] {
-      cross_entropy_forward_backward(a.logits.data(), a.losses.data() + r0, a.targets.data() + r0, m, V,
-                                     dloss);
-    });
-    observed(o, "gemm.dinp.lm_head", flops,
-             [&] { linear_backward_input(dln + size_t(r0) * C, a.logits.data(), w(table_.wte()), m, C, V); });
-    observed(o, "gemm.dweight.lm_head", flops,
-             [&] { linear_backward_weight(d(table_.wte()), a.logits.data(), x, m, C, V); });
-  }
+  LmHeadArgs head;
+  head.x = a.lnf.data();
+  head.w = w(table_.wte());
+  head.targets = a.targets.data();
+  head.losses = a.losses.data();
+  head.block = a.logits.data();
+  head.dx = dln;
+  head.dw = train ? d(table_.wte()) : nullptr;
+  head.N = N, head.C = C, head.V = V, head.chunk = a.head_chunk;
+  head.dloss = dloss;
+  lm_head_loss(head, o);
   a.head_backward_done = train;
   double sum = 0;
   int64_t n = 0;
