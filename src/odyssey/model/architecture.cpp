@@ -12,7 +12,7 @@ std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, bool allocate_storag
 }
 
 const Architecture kArchitectures[] = {
-    {"gpt2", make_gpt2, init_parameters, training_flops_per_token, "gpt2"},
+    {"gpt2", make_gpt2, init_parameter_range, training_flops_per_token, "gpt2"},
 };
 
 }  // namespace

@@ -17,8 +17,10 @@ struct Architecture {
   const char* name;
   // The whole model as one stage; allocate_storage=false: no full buffers (Stage::owns_storage).
   std::unique_ptr<Stage> (*make_model)(const ModelConfig& config, bool allocate_storage);
-  // Fills the flat parameters deterministically from seed, independent of any sharding.
-  void (*init)(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed);
+  // Fills dense elements [begin, end) of the flat parameters deterministically from seed, independent of
+  // any sharding (a range gives the values the whole-buffer fill gives there).
+  void (*init)(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,
+               int64_t begin, int64_t end);
   // Model FLOPs per token of a training step at sequence length T (for MFU).
   double (*training_flops_per_token)(const ModelConfig& config, int T);
   // The Hugging Face model type its import/export adapter speaks (checkpoint/hf_<arch>.h).

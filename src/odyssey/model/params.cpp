@@ -1,5 +1,7 @@
 #include "odyssey/model/params.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "odyssey/core/error.h"
@@ -93,27 +95,36 @@ std::pair<int64_t, int64_t> ParamTable::layer_range(int l) const {
   return {lp.ln1_w->offset, lp.fc_proj_b->offset + lp.fc_proj_b->numel};
 }
 
-void init_parameters(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed) {
+void init_parameter_range(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,
+                          int64_t begin, int64_t end) {
   const float std = 0.02f;
   const float residual_std = std / std::sqrt(2.0f * float(config.n_layer));
   for (size_t t = 0; t < table.tensors().size(); ++t) {
     const ParamInfo& p = table.tensors()[t];
-    float* x = params + p.offset;
+    // Elements [b, e) of tensor t lie in the range.
+    const int64_t b = std::max<int64_t>(begin - p.offset, 0), e = std::min<int64_t>(end - p.offset, p.numel);
+    if (b >= e) continue;
+    float* x = params + p.offset + b;
+    const size_t n = size_t(e - b);
     switch (p.init) {
       case ParamInfo::Init::normal:
-        philox_fill_normal(x, size_t(p.numel), 0.0f, std, seed, t);
+        philox_fill_normal(x, n, 0.0f, std, seed, t, uint64_t(b));
         break;
       case ParamInfo::Init::normal_residual:
-        philox_fill_normal(x, size_t(p.numel), 0.0f, residual_std, seed, t);
+        philox_fill_normal(x, n, 0.0f, residual_std, seed, t, uint64_t(b));
         break;
       case ParamInfo::Init::zeros:
-        for (int64_t i = 0; i < p.numel; ++i) x[i] = 0.0f;
+        std::fill(x, x + n, 0.0f);
         break;
       case ParamInfo::Init::ones:
-        for (int64_t i = 0; i < p.numel; ++i) x[i] = 1.0f;
+        std::fill(x, x + n, 1.0f);
         break;
     }
   }
+}
+
+void init_parameters(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed) {
+  init_parameter_range(params, table, config, seed, 0, table.total());
 }
 
 }  // namespace odyssey

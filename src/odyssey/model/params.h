@@ -79,5 +79,9 @@ class ParamTable {
 // Fills params with GPT-2's initialisation, deterministically from seed: tensor t's values are a
 // Philox stream keyed by (seed, t), so they do not depend on how the buffer is sharded.
 void init_parameters(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed);
+// The same for dense elements [begin, end) only (the rest of params is not touched): a rank that keeps
+// a shard initialises only its shard, and its values equal those of the whole-buffer call.
+void init_parameter_range(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,
+                          int64_t begin, int64_t end);
 
 }  // namespace odyssey

@@ -105,4 +105,18 @@ void Partition::local_to_dense(const float* local, float* dense, int rank) const
   }
 }
 
+std::vector<Range> Partition::local_dense_ranges() const {
+  std::vector<Range> out;
+  for (const Segment& s : segments_) {
+    const Range valid = s.layout.valid_range(rank_);
+    if (valid.empty()) continue;
+    const Range r{s.dense.begin + valid.begin, s.dense.begin + valid.end};
+    if (!out.empty() && out.back().end == r.begin)
+      out.back().end = r.end;  // adjacent segments
+    else
+      out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace odyssey

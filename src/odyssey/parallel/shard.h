@@ -95,6 +95,8 @@ class Partition {
     int64_t padded_begin = 0;
   };
   const std::vector<LocalSlice>& local_slices() const { return local_slices_; }
+  // The dense ranges this rank keeps, in order (a one-rank partition: the whole buffer).
+  std::vector<Range> local_dense_ranges() const;
 
  private:
   const ParamTable* table_;

@@ -226,6 +226,11 @@ void ZeroEngine::load(const float* params, std::span<const float* const> state, 
   }
 }
 
+std::vector<Range> ZeroEngine::param_ranges_loaded() const {
+  if (opt_.stage == 3) return part_->local_dense_ranges();
+  return {Range{0, part_->dense_total()}};
+}
+
 void ZeroEngine::set_completed_steps(int64_t steps) {
   ODY_CHECK(steps >= 0, "ZeRO: {} completed steps", steps);
   grad_round_ = uint32_t(steps);  // zero_grad starts step steps + 1

@@ -76,6 +76,9 @@ class ZeroEngine : public LayerHooks {
   // only; null: rebuilt from params): the full dense model-weight replica a checkpoint saved, which differs
   // from the master by the accumulated quantization error.
   void load(const float* params, std::span<const float* const> state = {}, const float* weights = nullptr);
+  // The dense ranges of `params` that load() reads: this rank's shard under ZeRO-3 (the rest of the
+  // buffer need not exist: zero pages), everything under stages 0-2 (parameters are replicated).
+  std::vector<Range> param_ranges_loaded() const;
   // The optimizer steps completed (0 on a fresh start; a checkpoint's step on resume). The stochastic
   // rounding keys of the quantized collectives derive from the step, so a resumed run draws the same
   // rounding as an uninterrupted one.

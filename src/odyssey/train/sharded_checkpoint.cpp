@@ -153,7 +153,9 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   // Read only what this rank keeps; the rest of the (zeroed) dense buffers is never used.
   std::vector<DenseRange> all = {{0, table.total()}}, mine;
   for (const Run& run : local_runs(engine)) mine.push_back({run.begin, run.end});
-  read_slices(dir, state, table, "params", engine.stage() == 3 ? mine : all, params.data());
+  std::vector<DenseRange> param_ranges;
+  for (const Range& r : engine.param_ranges_loaded()) param_ranges.push_back({r.begin, r.end});
+  read_slices(dir, state, table, "params", param_ranges, params.data());
   // The optimizer state when the checkpoint holds all of it (a weights-only checkpoint starts it at zero).
   size_t states_held = 0;
   bool has_replica = false;

@@ -18,6 +18,7 @@
 #include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/core/zero_pages.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/model/architecture.h"
 #include "odyssey/optim/adamw.h"
@@ -206,8 +207,11 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                latest, start_step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
                load_s);
   } else {
-    FloatBuffer params(P);
-    arch.init(params.data(), table, config.model, tc.seed);
+    // Only what the engine keeps is initialised: under ZeRO-3 the rest of the dense buffer stays
+    // untouched zero pages, so a fresh start holds a 1/dp share of the parameters, like a resume.
+    ZeroPages params(P);
+    for (const Range& r : engine.param_ranges_loaded())
+      arch.init(params.data(), table, config.model, tc.seed, r.begin, r.end);
     engine.load(params.data());
   }
 
