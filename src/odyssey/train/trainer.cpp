@@ -80,6 +80,194 @@ void check_same_model(const ModelConfig& want, const ModelConfig& have, const st
   check("model.vocab_size", want.vocab_size, have.vocab_size);
 }
 
+// ZeRO's view of the [parallel] and [comm] keys on this grid.
+ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
+  ZeroOptions zo;
+  zo.stage = config.parallel.zero_stage;
+  zo.bucket_mb = config.parallel.bucket_mb;
+  zo.comm.weights = config.comm.weights;
+  zo.comm.grads = config.comm.grads;
+  zo.comm.hpz = config.comm.hpz;
+  zo.comm.grad_pipeline = config.comm.grad_pipeline;
+  zo.comm.seed = config.train.seed;
+  // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
+  const std::vector<int>& node = grid.members(GridGroup::intra_node);
+  int local = 0;
+  for (int r : grid.members(GridGroup::dp_sp)) local += std::count(node.begin(), node.end(), r) > 0;
+  zo.comm.ranks_per_node = local;
+  return zo;
+}
+
+// Everything a run is built from, in build order (torchtitan's build phase): the grid, the model (one
+// stage of the registered architecture), the optimizer and the ZeRO engine over it, the sequence-
+// parallel attention, and the data. Rows are split over dp; each row's sequence over sp. Weights are
+// replicated over dp x sp, so their gradients are summed, and ZeRO shards, over dp_sp (= dp without
+// sequence parallelism).
+struct Run {
+  const RunConfig& config;
+  Communicator& world;
+  ProcessGrid grid;
+  Communicator& dp;
+  Communicator& replicas;
+  const Architecture& arch;
+  std::unique_ptr<Stage> model;
+  AdamW optimizer;
+  std::unique_ptr<ZeroEngine> engine;
+  std::unique_ptr<SequenceParallelAttention> sp_attention;
+  SequenceShard shard;
+  std::unique_ptr<TokenDataset> train_data, val_data;
+
+  Run(const RunConfig& c, Communicator& w)
+      : config(c),
+        world(w),
+        grid(w, GridDims{c.parallel.tp, c.parallel.sp_ulysses, c.parallel.sp_ring, c.parallel.dp,
+                         c.parallel.pp, c.parallel.ranks_per_node}),
+        dp(grid.dp()),
+        replicas(grid.dp_sp()),
+        arch(architecture(c.model.arch)),
+        model(arch.make_model(c.model, false)),
+        optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
+    model->set_head_chunk_tokens(c.memory.head_chunk_tokens);
+    engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
+    // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
+    if (grid.sp().size() > 1) {
+      SpAttentionOptions so;
+      so.layout = c.parallel.sp_ring_layout;
+      sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
+      model->set_attention(sp_attention.get());
+      shard = sp_attention->shard();
+    }
+  }
+  bool root() const { return world.rank() == 0; }
+  int seq_len() const { return config.seq_len(); }
+
+  // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
+  HostMemoryNeed check_memory(uint64_t host_available, bool dry_run) {
+    const TrainConfig& tc = config.train;
+    HostMemoryNeed need;
+    if (tc.steps == 0 && !dry_run) return need;
+    const MemoryReport state = engine->memory();
+    need.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
+    need.tokens_per_rank = seq_len() / grid.sp().size();
+    need.activations_per_rank = model->activation_bytes_for(tc.micro_batch, need.tokens_per_rank);
+    need.ranks_on_host = host_layout(world).local_size;
+    need.seq_len = seq_len();
+    need.micro_batch = tc.micro_batch;
+    check_host_memory(need, tc.host_memory_gb, host_available);
+    return need;
+  }
+
+  // Data before anything is written: a bad shard is refused first.
+  void open_data() {
+    const TrainConfig& tc = config.train;
+    const int T = seq_len(), V = config.model.vocab_size;
+    if (tc.steps > 0)
+      train_data = std::make_unique<TokenDataset>(config.data.train, T, V, config.data.shuffle, tc.seed);
+    if (!config.data.val.empty())
+      val_data = std::make_unique<TokenDataset>(config.data.val, T, V, false, tc.seed);
+  }
+
+  // Resumes from the newest checkpoint (any layout, read slice by slice, each rank taking what its ZeRO
+  // stage keeps) or initialises what this rank keeps. Returns the step to start at.
+  int64_t resume_or_init() {
+    const TrainConfig& tc = config.train;
+    const ParamTable& table = model->table();
+    const std::string latest = config.checkpoint.resume ? find_latest_checkpoint(config.checkpoint.dir) : "";
+    if (latest.empty()) {
+      // Only what the engine keeps is initialised: under ZeRO-3 the rest of the dense buffer stays
+      // untouched zero pages, so a fresh start holds a 1/dp share of the parameters, like a resume.
+      ZeroPages params(size_t(table.total()));
+      for (const Range& r : engine->param_ranges_loaded())
+        arch.init(params.data(), table, config.model, tc.seed, r.begin, r.end);
+      engine->load(params.data());
+      return 0;
+    }
+    CheckpointState state = read_checkpoint_manifest(latest);
+    check_same_model(config.model, state.model, latest);
+    Timer load_timer;
+    state = load_sharded_checkpoint(latest, *engine, table);
+    const double load_s = load_timer.seconds();
+    ODY_CHECK(
+        state.next_row == uint64_t(state.step) * uint64_t(tc.global_batch),
+        "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
+        latest, state.next_row, state.step);
+    if (root())
+      log_info("resumed from {} (step {}, written at world size {}, ZeRO stage {}; loaded in {:.2f} s)",
+               latest, state.step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
+               load_s);
+    return state.step;
+  }
+
+  // Collective: every rank writes its own slices in parallel (sharded_checkpoint.h).
+  std::string save(int64_t step, const LrSchedule& schedule) {
+    const TrainConfig& tc = config.train;
+    const ParallelConfig& pc = config.parallel;
+    CheckpointState state;
+    state.model = config.model;
+    state.step = step;
+    state.next_row = uint64_t(step) * uint64_t(tc.global_batch);
+    state.seed = tc.seed;
+    state.run = run_config_to_json(config);
+    state.layout = {{"world_size", world.size()},
+                    {"dp", dp.size()},
+                    {"zero_stage", pc.zero_stage},
+                    {"tp", pc.tp},
+                    {"pp", pc.pp},
+                    {"sp_ulysses", pc.sp_ulysses},
+                    {"sp_ring", pc.sp_ring},
+                    {"bucket_mb", pc.bucket_mb}};
+    state.schedule = {{"name", enum_name(kScheduleNames, tc.schedule)},
+                      {"lr", tc.lr},
+                      {"min_lr", tc.min_lr},
+                      {"warmup_steps", tc.warmup_steps},
+                      {"total_steps", tc.steps},
+                      {"step", step},
+                      {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
+    return save_sharded_checkpoint(replicas, *engine, model->table(), state, config.checkpoint.dir,
+                                   config.checkpoint.keep);
+  }
+
+  void log_start(double gemm_gflops) const {
+    const TrainConfig& tc = config.train;
+    std::string layout = grid.describe();
+    while (!layout.empty() && layout.back() == '\n') layout.pop_back();
+    log_info("{}", layout);
+    log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
+             config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
+             config.model.vocab_size, model->table().total() / 1e6);
+    log_info(
+        "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
+        "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank",
+        tc.global_batch, seq_len(), tc.global_batch / (tc.micro_batch * dp.size()), tc.micro_batch, dp.size(),
+        omp_get_max_threads(), gemm_gflops);
+    log_info(
+        "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
+        "over {} ranks",
+        config.parallel.zero_stage, engine->partition().segments().size(), engine->partition().padded_total(),
+        engine->partition().ranks());
+  }
+};
+
+// Peak resident set size of this process and the largest over all ranks (collective).
+std::pair<uint64_t, uint64_t> peak_rss(Communicator& world) {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const uint64_t mine = uint64_t(usage.ru_maxrss) * 1024;
+  std::vector<uint64_t> all(size_t(world.size()));
+  world.all_gather(&mine, all.data(), sizeof(uint64_t), DType::u8);
+  return {mine, *std::max_element(all.begin(), all.end())};
+}
+
+void log_dry_run(const HostMemoryNeed& need, int zero_stage, int micro_batch, uint64_t host_available) {
+  const double gib = double(uint64_t{1} << 30);
+  log_info(
+      "dry run: per rank {:.3f} GiB of model state (ZeRO stage {}) + {:.3f} GiB of activations "
+      "({} tokens x micro_batch {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} GiB available",
+      need.state_per_rank / gib, zero_stage, need.activations_per_rank / gib, need.tokens_per_rank,
+      micro_batch, need.ranks_on_host,
+      (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib);
+}
+
 }  // namespace
 
 TrainResult run_training(const RunConfig& config, bool dry_run) {
@@ -91,87 +279,20 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   // Refused before any work, identically on every rank.
   config.validate(world.size());
   const TrainConfig& tc = config.train;
-  const ParallelConfig& pc = config.parallel;
-  ProcessGrid grid(world, GridDims{pc.tp, pc.sp_ulysses, pc.sp_ring, pc.dp, pc.pp, pc.ranks_per_node});
-  // Rows are split over dp; each row's sequence over sp. Weights are replicated over dp x sp, so
-  // their gradients are summed, and ZeRO shards, over dp_sp (= dp without sequence parallelism).
-  Communicator& dp = grid.dp();
-  Communicator& replicas = grid.dp_sp();
-  const bool root = world.rank() == 0;
   // Cores per rank on this host unless train.threads or OMP_NUM_THREADS says otherwise (collective).
   const int host_threads = default_threads_per_rank(world);
   set_threads(tc.threads > 0 ? tc.threads : std::getenv("OMP_NUM_THREADS") ? 0 : host_threads);
-  const int T = config.seq_len();
-  const int ranks = dp.size();
-  const int accum = tc.global_batch / (tc.micro_batch * ranks);
 
-  const Architecture& arch = architecture(config.model.arch);
-  const std::unique_ptr<Stage> stage = arch.make_model(config.model, false);
-  Stage& model = *stage;
-  model.set_head_chunk_tokens(config.memory.head_chunk_tokens);
-  const ParamTable& table = model.table();
-  const size_t P = size_t(table.total());
-  ZeroOptions zo;
-  zo.stage = pc.zero_stage;
-  zo.bucket_mb = pc.bucket_mb;
-  zo.comm.weights = config.comm.weights;
-  zo.comm.grads = config.comm.grads;
-  zo.comm.hpz = config.comm.hpz;
-  zo.comm.grad_pipeline = config.comm.grad_pipeline;
-  zo.comm.seed = tc.seed;
-  {
-    // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
-    const std::vector<int>& node = grid.members(GridGroup::intra_node);
-    int local = 0;
-    for (int r : grid.members(GridGroup::dp_sp)) local += std::count(node.begin(), node.end(), r) > 0;
-    zo.comm.ranks_per_node = local;
-  }
-  const AdamW optimizer(AdamWConfig{tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weight_decay});
-  ZeroEngine engine(model, replicas, zo, optimizer);
-
-  // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
-  std::unique_ptr<SequenceParallelAttention> sp_attention;
-  SequenceShard shard;
-  if (grid.sp().size() > 1) {
-    SpAttentionOptions so;
-    so.layout = pc.sp_ring_layout;
-    sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
-    model.set_attention(sp_attention.get());
-    shard = sp_attention->shard();
-  }
-
-  // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
-  HostMemoryNeed need;
+  Run run(config, world);
+  Stage& model = *run.model;
+  ZeroEngine& engine = *run.engine;
+  const bool root = run.root();
+  const int T = run.seq_len();
   const uint64_t host_available = available_memory_bytes();
-  if (tc.steps > 0 || dry_run) {
-    const MemoryReport state = engine.memory();
-    need.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
-    need.tokens_per_rank = T / grid.sp().size();
-    need.activations_per_rank = model.activation_bytes_for(tc.micro_batch, need.tokens_per_rank);
-    need.ranks_on_host = host_layout(world).local_size;
-    need.seq_len = T;
-    need.micro_batch = tc.micro_batch;
-    check_host_memory(need, tc.host_memory_gb, host_available);
-  }
-
-  // Data first: a bad shard is refused before anything is written.
-  std::unique_ptr<TokenDataset> train_data, val_data;
-  if (tc.steps > 0)
-    train_data = std::make_unique<TokenDataset>(config.data.train, T, config.model.vocab_size,
-                                                config.data.shuffle, tc.seed);
-  if (!config.data.val.empty())
-    val_data = std::make_unique<TokenDataset>(config.data.val, T, config.model.vocab_size, false, tc.seed);
-
+  const HostMemoryNeed need = run.check_memory(host_available, dry_run);
+  run.open_data();
   if (dry_run) {
-    if (root) {
-      const double gib = double(uint64_t{1} << 30);
-      log_info(
-          "dry run: per rank {:.3f} GiB of model state (ZeRO stage {}) + {:.3f} GiB of activations "
-          "({} tokens x micro_batch {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} GiB available",
-          need.state_per_rank / gib, pc.zero_stage, need.activations_per_rank / gib, need.tokens_per_rank,
-          tc.micro_batch, need.ranks_on_host,
-          (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib);
-    }
+    if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
     TrainResult r;
     r.memory = need;
     r.host_available = host_available;
@@ -186,85 +307,15 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     if (!note.empty()) log_info("{}", note);
   }
   world.barrier();
+  const int64_t start_step = run.resume_or_init();
+  const LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
 
-  // A checkpoint (any layout) is read slice by slice, each rank taking what its ZeRO stage keeps;
-  // a fresh start initializes the full state on every rank.
-  int64_t start_step = 0;
-  std::string latest = config.checkpoint.resume ? find_latest_checkpoint(config.checkpoint.dir) : "";
-  if (!latest.empty()) {
-    CheckpointState state = read_checkpoint_manifest(latest);
-    check_same_model(config.model, state.model, latest);
-    Timer load_timer;
-    state = load_sharded_checkpoint(latest, engine, table);
-    const double load_s = load_timer.seconds();
-    start_step = state.step;
-    ODY_CHECK(
-        state.next_row == uint64_t(start_step) * uint64_t(tc.global_batch),
-        "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
-        latest, state.next_row, start_step);
-    if (root)
-      log_info("resumed from {} (step {}, written at world size {}, ZeRO stage {}; loaded in {:.2f} s)",
-               latest, start_step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
-               load_s);
-  } else {
-    // Only what the engine keeps is initialised: under ZeRO-3 the rest of the dense buffer stays
-    // untouched zero pages, so a fresh start holds a 1/dp share of the parameters, like a resume.
-    ZeroPages params(P);
-    for (const Range& r : engine.param_ranges_loaded())
-      arch.init(params.data(), table, config.model, tc.seed, r.begin, r.end);
-    engine.load(params.data());
-  }
-
-  LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
-  // Collective: every rank writes its own slices in parallel (sharded_checkpoint.h).
-  auto save = [&](int64_t step) {
-    CheckpointState state;
-    state.model = config.model;
-    state.step = step;
-    state.next_row = uint64_t(step) * uint64_t(tc.global_batch);
-    state.seed = tc.seed;
-    state.run = run_config_to_json(config);
-    state.layout = {{"world_size", world.size()},
-                    {"dp", ranks},
-                    {"zero_stage", pc.zero_stage},
-                    {"tp", pc.tp},
-                    {"pp", pc.pp},
-                    {"sp_ulysses", pc.sp_ulysses},
-                    {"sp_ring", pc.sp_ring},
-                    {"bucket_mb", pc.bucket_mb}};
-    state.schedule = {{"name", enum_name(kScheduleNames, tc.schedule)},
-                      {"lr", tc.lr},
-                      {"min_lr", tc.min_lr},
-                      {"warmup_steps", tc.warmup_steps},
-                      {"total_steps", tc.steps},
-                      {"step", step},
-                      {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
-    return save_sharded_checkpoint(replicas, engine, table, state, config.checkpoint.dir,
-                                   config.checkpoint.keep);
-  };
-
-  const double flops_per_token = arch.training_flops_per_token(config.model, T);
+  const double flops_per_token = run.arch.training_flops_per_token(config.model, T);
   // The MFU denominator: the fp32 GEMM rate this machine achieves. On a shared machine a single
   // measurement can land in a busy moment, so it is measured again at every validation and the best
   // rate seen is kept (MFU never rises above 1 because the first measurement was unlucky).
   double gemm_gflops = tc.steps > start_step ? measure_gemm_gflops() : 0.0;
-  if (root) {
-    std::string layout = grid.describe();
-    while (!layout.empty() && layout.back() == '\n') layout.pop_back();
-    log_info("{}", layout);
-    log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
-             config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
-             config.model.vocab_size, P / 1e6);
-    log_info(
-        "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
-        "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank",
-        tc.global_batch, T, accum, tc.micro_batch, ranks, omp_get_max_threads(), gemm_gflops);
-    log_info(
-        "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
-        "over {} ranks",
-        pc.zero_stage, engine.partition().segments().size(), engine.partition().padded_total(),
-        engine.partition().ranks());
-  }
+  if (root) run.log_start(gemm_gflops);
 
   std::unique_ptr<MetricsWriter> metrics;
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
@@ -272,22 +323,24 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   result.steps = start_step;
   // One micro-batch in flight: its activations, also used by validation.
   std::unique_ptr<StageActivations> acts = model.make_activations();
+  const int ranks = run.dp.size();
   std::unique_ptr<BatchLoader> train_rows, val_rows;
-  if (train_data)
-    train_rows =
-        std::make_unique<BatchLoader>(*train_data, tc.global_batch, tc.micro_batch, dp.rank(), ranks, shard);
-  if (val_data)
-    val_rows =
-        std::make_unique<BatchLoader>(*val_data, tc.global_batch, tc.micro_batch, dp.rank(), ranks, shard);
+  if (run.train_data)
+    train_rows = std::make_unique<BatchLoader>(*run.train_data, tc.global_batch, tc.micro_batch,
+                                               run.dp.rank(), ranks, run.shard);
+  if (run.val_data)
+    val_rows = std::make_unique<BatchLoader>(*run.val_data, tc.global_batch, tc.micro_batch, run.dp.rank(),
+                                             ranks, run.shard);
   const uint64_t val_row_count =
-      val_data ? (tc.eval_rows > 0 ? std::min<uint64_t>(uint64_t(tc.eval_rows), val_data->rows_per_epoch())
-                                   : val_data->rows_per_epoch())
-               : 0;
+      run.val_data
+          ? (tc.eval_rows > 0 ? std::min<uint64_t>(uint64_t(tc.eval_rows), run.val_data->rows_per_epoch())
+                              : run.val_data->rows_per_epoch())
+          : 0;
   auto validate = [&] {
-    return evaluate_distributed(model, *acts, *val_rows, val_row_count, dp.rank(), ranks, replicas);
+    return evaluate_distributed(model, *acts, *val_rows, val_row_count, run.dp.rank(), ranks, run.replicas);
   };
   StepSettings step_settings;
-  step_settings.micro_steps = accum;
+  step_settings.micro_steps = tc.global_batch / (tc.micro_batch * ranks);
   step_settings.dloss = 1.0f / float(int64_t(tc.global_batch) * T);
   step_settings.grad_clip = tc.grad_clip;
   double total_tokens_per_s = 0;
@@ -301,20 +354,14 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     Timer timer;
     const float lr = schedule.at(step);
     const StepResult stepped =
-        train_step(model, *acts, engine, *train_rows, replicas, step_settings, step, lr);
+        train_step(model, *acts, engine, *train_rows, run.replicas, step_settings, step, lr);
     const double loss = stepped.loss, grad_norm = stepped.grad_norm;
     const double ms = timer.ms();
     const nlohmann::json comm = world.stats().to_json();
     MemoryReport memory = engine.memory();
     memory.activations = acts->bytes() + model.attention_bytes();
-    // Peak resident set size of this process and the largest over all ranks (after `comm` is read,
-    // so this gather is not counted in the step's traffic).
-    struct rusage usage {};
-    getrusage(RUSAGE_SELF, &usage);
-    const uint64_t peak_rss = uint64_t(usage.ru_maxrss) * 1024;
-    std::vector<uint64_t> peak_rss_all(world.size());
-    world.all_gather(&peak_rss, peak_rss_all.data(), sizeof(uint64_t), DType::u8);
-    const uint64_t peak_rss_max = *std::max_element(peak_rss_all.begin(), peak_rss_all.end());
+    // After `comm` is read, so this gather is not counted in the step's traffic.
+    const auto [peak_rss_mine, peak_rss_max] = peak_rss(world);
     const int64_t step_tokens = int64_t(tc.global_batch) * T;
     const double tokens_per_s = step_tokens / (ms / 1e3);
     // MFU against the GEMM rate of all ranks together.
@@ -341,12 +388,12 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"tokens_per_s", tokens_per_s},
                              {"mfu", mfu},
                              {"comm", comm},
-                             {"comm_bytes_per_param", engine.traffic().per_param_json(int64_t(P))},
+                             {"comm_bytes_per_param", engine.traffic().per_param_json(model.table().total())},
                              {"memory", memory.to_json()},
-                             {"peak_rss_bytes", peak_rss},
+                             {"peak_rss_bytes", peak_rss_mine},
                              {"peak_rss_bytes_max", peak_rss_max}};
     const bool last = step + 1 == end_step;
-    const bool eval_now = val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
+    const bool eval_now = run.val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
       gemm_gflops = std::max(gemm_gflops, measure_gemm_gflops(1024, 0.1));
       double val = validate();
@@ -361,7 +408,8 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
           "comm {:.2f} MB",
           step + 1, tc.steps, loss, eval_now ? fmt::format(" | val {:.4f}", double(record["val_loss"])) : "",
           lr, grad_norm, ms, tokens_per_s, 100 * mfu, double(comm["total_bytes"]) / 1e6);
-    if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last) save(step + 1);
+    if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last)
+      run.save(step + 1, schedule);
     // Every rank learns whether any rank was signalled, so all stop (and save) at the same step.
     int32_t stop = g_stop_signal;
     world.all_reduce(&stop, 1, DType::i32);
@@ -372,12 +420,12 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     }
   }
   result.tokens_per_s = steps_run ? total_tokens_per_s / double(steps_run) : 0;
-  if (val_data && steps_run == 0) result.val_loss = validate();
+  if (run.val_data && steps_run == 0) result.val_loss = validate();
   // A signal right after a periodic save does not write the same step twice.
   const std::string saved = fmt::format("{}/step_{:08d}", config.checkpoint.dir, result.steps);
   const bool just_saved =
       result.stopped_by_signal && config.checkpoint.every > 0 && result.steps % config.checkpoint.every == 0;
-  result.checkpoint = just_saved ? saved : save(result.steps);
+  result.checkpoint = just_saved ? saved : run.save(result.steps, schedule);
   if (root) log_info("checkpoint: {}", result.checkpoint);
   return result;
 }
