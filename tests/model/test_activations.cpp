@@ -16,13 +16,16 @@ TEST(Activations, BytesForMatchesAllocate) {
     ModelConfig c;
     c.n_layer = s.n_layer, c.n_head = s.n_head, c.d_model = s.d_model, c.vocab_size = s.vocab;
     c.seq_len = s.T;
-    for (int head_chunk : {0, 1, 64, 100000}) {
-      Activations a;
-      a.allocate(c, s.B, s.T, false, head_chunk);
-      EXPECT_EQ(Activations::bytes_for(c, s.B, s.T, false, head_chunk), a.bytes())
-          << s.n_layer << " layers, " << s.n_head << " heads, d " << s.d_model << ", B " << s.B << ", T "
-          << s.T << ", head chunk " << head_chunk;
-    }
+    for (int head_chunk : {0, 1, 64, 100000})
+      for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::full}) {
+        const MemoryOptions memory{policy, head_chunk};
+        Activations a;
+        a.allocate(c, s.B, s.T, false, memory);
+        EXPECT_EQ(Activations::bytes_for(c, s.B, s.T, false, memory), a.bytes())
+            << s.n_layer << " layers, " << s.n_head << " heads, d " << s.d_model << ", B " << s.B << ", T "
+            << s.T << ", head chunk " << head_chunk << ", checkpoint "
+            << enum_name(kCheckpointPolicyNames, policy);
+      }
   }
 }
 

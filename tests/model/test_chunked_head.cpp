@@ -32,7 +32,7 @@ struct Result {
 Result run(int head_chunk) {
   GPT2 model(tiny());
   init_parameters(model.params(), model.table(), model.config(), 7);
-  model.set_head_chunk_tokens(head_chunk);
+  model.set_memory(MemoryOptions{CheckpointPolicy::none, head_chunk});
   std::vector<int> in(kN), tg(kN);
   for (int i = 0; i < kN; ++i) {
     in[size_t(i)] = (i * 31 + 5) % 67;
@@ -86,11 +86,11 @@ TEST(ChunkedHead, LogitsOnlyWhenOneChunkAndBackwardNeedsATrainingLoss) {
   model.loss(*acts, 0.0f, nullptr);
   EXPECT_NE(model.logits(*acts), nullptr);
   EXPECT_THROW(model.backward(*acts), Error);  // an evaluation loss prepares no gradient
-  model.set_head_chunk_tokens(16);
+  model.set_memory(MemoryOptions{CheckpointPolicy::none, 16});
   model.forward(*acts, in.data(), tg.data(), nullptr, kB, kT);
   model.loss(*acts, 0.0f, nullptr);
   EXPECT_EQ(model.logits(*acts), nullptr);
-  EXPECT_THROW(model.set_head_chunk_tokens(-1), Error);
+  EXPECT_THROW(model.set_memory(MemoryOptions{CheckpointPolicy::none, -1}), Error);
 }
 
 }  // namespace

@@ -19,17 +19,28 @@ int head_rows(int N, int head_chunk_tokens) {
 }  // namespace
 
 void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared_qkv_,
-                               int head_chunk_tokens) {
-  const int chunk = head_rows(B_ * T_, head_chunk_tokens);
-  if (B == B_ && T == T_ && shared_qkv == shared_qkv_ && head_chunk == chunk) return;
+                               const MemoryOptions& memory) {
+  const int chunk = head_rows(B_ * T_, memory.head_chunk_tokens);
+  const bool recompute_ = memory.checkpoint == CheckpointPolicy::full;
+  work_layer = -1;
+  if (B == B_ && T == T_ && shared_qkv == shared_qkv_ && head_chunk == chunk && recompute == recompute_)
+    return;
   B = B_;
   T = T_;
   shared_qkv = shared_qkv_;
   head_chunk = chunk;
+  recompute = recompute_;
   const size_t N = size_t(B) * T, C = c.d_model;
   layers.clear();
   layers.resize(size_t(c.n_layer));
-  for (Gpt2LayerActs& l : layers) l.allocate(c, B, T, !shared_qkv);
+  for (Gpt2LayerActs& l : layers) {
+    if (recompute)
+      l.residual3.resize(N * C);
+    else
+      l.allocate(c, B, T, !shared_qkv);
+  }
+  work = Gpt2LayerActs();
+  if (recompute) work.allocate(c, B, T, !shared_qkv);
   scratch.allocate(c, B, T, shared_qkv, true);
   encoded.resize(N * C);
   lnf.resize(N * C);
@@ -46,19 +57,22 @@ void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared
 size_t Gpt2Activations::bytes() const {
   size_t total = encoded.bytes() + lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() +
                  losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() + dres.bytes() +
-                 scratch.bytes();
+                 scratch.bytes() + work.bytes();
   for (const Gpt2LayerActs& l : layers) total += l.bytes();
   return total;
 }
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv,
-                                  int head_chunk_tokens) {
+                                  const MemoryOptions& memory) {
   const size_t N = size_t(B) * T, C = c.d_model, L = c.n_layer;
   // encoded, lnf, dres [N, C]; lnf stats and losses [N]; logits [chunk, V].
   const size_t floats =
-      N * C * 3 + 3 * N + size_t(head_rows(B * T, head_chunk_tokens)) * size_t(c.vocab_size);
-  return L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv) +
-         Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
+      N * C * 3 + 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size);
+  // Full checkpointing: each layer's output [N, C], and one layer's activations to run or recompute.
+  const size_t layers = memory.checkpoint == CheckpointPolicy::full
+                            ? L * N * C * sizeof(float) + Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv)
+                            : L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
+  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
          3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
 
@@ -97,9 +111,10 @@ const float* GPT2::logits(const StageActivations& acts) const {
   return a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
 }
 
-void GPT2::set_head_chunk_tokens(int tokens) {
-  ODY_CHECK(tokens >= 0, "memory.head_chunk_tokens must be >= 0, got {}", tokens);
-  head_chunk_tokens_ = tokens;
+void GPT2::set_memory(const MemoryOptions& memory) {
+  ODY_CHECK(memory.head_chunk_tokens >= 0, "memory.head_chunk_tokens must be >= 0, got {}",
+            memory.head_chunk_tokens);
+  memory_ = memory;
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
@@ -108,7 +123,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
   ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  a.allocate(c, B, T, attention_->saves_qkv(), head_chunk_tokens_);
+  a.allocate(c, B, T, attention_->saves_qkv(), memory_);
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, V = c.vocab_size;
   ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
@@ -133,8 +148,15 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   for (int l = 0; l < c.n_layer; ++l) {
     hooks_->before_forward(ParamTable::layer_unit(l));
     const float* x = l == 0 ? a.encoded.data() : a.layers[size_t(l) - 1].residual3.data();
-    gpt2_block_forward(a.layers[size_t(l)], x, resolve_layer(table_.layer(l), w), *attention_, a.scratch,
-                       shape(a), o);
+    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[size_t(l)];
+    gpt2_block_forward(la, x, resolve_layer(table_.layer(l), w), *attention_, a.scratch, shape(a), o);
+    if (a.recompute) {  // keep only the output, the next layer's input
+      observed(o, "memcpy.checkpoint", 0, [&] {
+        std::copy(la.residual3.data(), la.residual3.data() + size_t(N) * C,
+                  a.layers[size_t(l)].residual3.data());
+      });
+      a.work_layer = l;
+    }
     hooks_->after_forward(ParamTable::layer_unit(l));
   }
   hooks_->before_forward(table_.final_unit());
@@ -203,7 +225,14 @@ void GPT2::backward(StageActivations& acts) {
   for (int l = c.n_layer - 1; l >= 0; --l) {
     hooks_->before_backward(ParamTable::layer_unit(l));
     const float* x = l == 0 ? a.encoded.data() : a.layers[size_t(l) - 1].residual3.data();
-    gpt2_block_backward(a.dres.data(), a.layers[size_t(l)], x, resolve_layer(table_.layer(l), w),
+    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[size_t(l)];
+    if (a.recompute && a.work_layer != l) {
+      // Recompute the layer from its input with the forward's own calls (same shapes: same bits);
+      // the last layer is still there from the forward.
+      gpt2_block_forward(la, x, resolve_layer(table_.layer(l), w), *attention_, a.scratch, shape(a), o);
+      a.work_layer = l;
+    }
+    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(table_.layer(l), w),
                         resolve_layer(table_.layer(l), d), *attention_, a.scratch, shape(a), o);
     hooks_->after_backward(ParamTable::layer_unit(l));
   }

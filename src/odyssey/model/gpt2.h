@@ -35,7 +35,10 @@ struct Gpt2Activations : StageActivations {
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
   IntBuffer tokens, targets, positions;  // [N]
   FloatBuffer encoded;                   // [N, C]
-  std::vector<Gpt2LayerActs> layers;
+  std::vector<Gpt2LayerActs> layers;     // per layer; under full checkpointing only residual3 (the output)
+  Gpt2LayerActs work;                    // full checkpointing: the one layer being run or recomputed
+  int work_layer = -1;                   // the layer whose activations `work` holds (-1: none)
+  bool recompute = false;
   FloatBuffer lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
   FloatBuffer logits;                   // [chunk, V]: one chunk of the LM head's logits (dlogits in training)
   int head_chunk = 0;                   // rows per LM-head chunk (N: one chunk)
@@ -44,12 +47,12 @@ struct Gpt2Activations : StageActivations {
   FloatBuffer dres;                     // [N, C] d(residual stream), carried down through the layers
   Gpt2BlockScratch scratch;             // shared by the layers
 
-  // head_chunk_tokens: rows of logits held at once (0: all B*T).
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv = false, int head_chunk_tokens = 0);
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv = false,
+                const MemoryOptions& memory = {});
   size_t bytes() const override;
-  // What allocate(config, B, T, shared_qkv, head_chunk_tokens) would hold, without allocating.
+  // What allocate(config, B, T, shared_qkv, memory) would hold, without allocating.
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv = false,
-                          int head_chunk_tokens = 0);
+                          const MemoryOptions& memory = {});
 };
 using Activations = Gpt2Activations;
 
@@ -80,7 +83,7 @@ class GPT2 : public Stage {
   void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }
   void set_observer(OpObserver* observer) override { observer_ = observer; }
-  void set_head_chunk_tokens(int tokens) override;
+  void set_memory(const MemoryOptions& memory) override;
   const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
 
   std::unique_ptr<StageActivations> make_activations() const override;
@@ -93,8 +96,10 @@ class GPT2 : public Stage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return Gpt2Activations::bytes_for(config_, B, T, attention_->saves_qkv(), head_chunk_tokens_) +
-           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), config_.n_layer);
+    // Under full checkpointing the attention op keeps one layer's saved tensors at a time.
+    const bool recompute = memory_.checkpoint == CheckpointPolicy::full;
+    return Gpt2Activations::bytes_for(config_, B, T, attention_->saves_qkv(), memory_) +
+           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), recompute ? 1 : config_.n_layer);
   }
   size_t attention_bytes() const override { return attention_->bytes(); }
 
@@ -111,7 +116,7 @@ class GPT2 : public Stage {
   LayerHooks no_hooks_;
   LayerHooks* hooks_ = &no_hooks_;
   OpObserver* observer_ = nullptr;
-  int head_chunk_tokens_ = 0;
+  MemoryOptions memory_;
 };
 
 // Model FLOPs per token for a training step (forward + backward) at sequence length T:

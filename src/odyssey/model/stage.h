@@ -17,12 +17,25 @@
 #include <memory>
 #include <vector>
 
+#include "odyssey/core/enum_names.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/params.h"
 
 namespace odyssey {
+
+// What a stage keeps of a micro-batch for its backward (long-context-memory.md; the [memory] keys).
+// checkpoint: none keeps every layer's activations; full keeps each layer's output (the next layer's
+// input) and recomputes the layer in its backward, issuing exactly the forward's calls, so losses and
+// gradients are bitwise those of none.
+enum class CheckpointPolicy { none, full };
+inline constexpr EnumNames<CheckpointPolicy, 2> kCheckpointPolicyNames = {
+    {{"none", CheckpointPolicy::none}, {"full", CheckpointPolicy::full}}};
+struct MemoryOptions {
+  CheckpointPolicy checkpoint = CheckpointPolicy::none;
+  int head_chunk_tokens = 0;  // rows of LM-head logits held at once (0: the whole micro-batch)
+};
 
 class LayerHooks {
  public:
@@ -67,9 +80,8 @@ class Stage {
   virtual void set_attention(AttentionOp* op) = 0;
   virtual void set_hooks(LayerHooks* hooks) = 0;
   virtual void set_observer(OpObserver* observer) = 0;
-  // Rows of LM-head logits held at once (memory.head_chunk_tokens; 0: the whole micro-batch, which
-  // logits() needs).
-  virtual void set_head_chunk_tokens(int tokens) = 0;
+  // How activations are kept (logits() needs head_chunk_tokens 0 or >= the micro-batch's tokens).
+  virtual void set_memory(const MemoryOptions& memory) = 0;
 
   // The unit uses of one micro-batch, forward then backward; hooks are called in exactly this order.
   virtual const std::vector<UnitUse>& unit_schedule() const = 0;

@@ -152,6 +152,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("checkpoint.keep", int, checkpoint.keep),
       ODY_KEY("checkpoint.resume", bool, checkpoint.resume),
       ODY_KEY("checkpoint.overwrite", bool, checkpoint.overwrite),
+      ODY_ENUM_KEY("memory.checkpoint", memory.checkpoint, kCheckpointPolicyNames),
       ODY_KEY("memory.head_chunk_tokens", int, memory.head_chunk_tokens),
       ODY_KEY("log.metrics", std::string, log.metrics),
       ODY_KEY("log.every", int64_t, log.every),

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "odyssey/model/config.h"
+#include "odyssey/model/stage.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/sequence_shard.h"
@@ -75,6 +76,9 @@ struct CheckpointConfig {
 
 // Activation memory for long sequences (long-context-memory.md §5).
 struct MemoryConfig {
+  // What a layer keeps for its backward: none (everything) or full (its input; the layer is recomputed
+  // in its backward, bitwise the same numbers). model/stage.h.
+  CheckpointPolicy checkpoint = CheckpointPolicy::none;
   // Rows of LM-head logits held at once: the head and its loss run fused over chunks of this many
   // tokens (4·V bytes each), never holding [tokens, V]. 0: the whole micro-batch in one chunk.
   int head_chunk_tokens = 1024;

@@ -127,7 +127,7 @@ struct Run {
         arch(architecture(c.model.arch)),
         model(arch.make_model(c.model, false)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
-    model->set_head_chunk_tokens(c.memory.head_chunk_tokens);
+    model->set_memory(MemoryOptions{c.memory.checkpoint, c.memory.head_chunk_tokens});
     engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
     if (grid.sp().size() > 1) {
