@@ -122,11 +122,11 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   const ModelConfig& c = config_;
   ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
   ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
+  ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
   a.allocate(c, B, T, attention_->saves_qkv(), memory_);
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, V = c.vocab_size;
-  ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
   for (int i = 0; i < N; ++i) {
     ODY_CHECK(inputs[i] >= 0 && inputs[i] < V,
               "token id {} at row {}, position {} is outside the vocabulary [0, {})", inputs[i], i / T, i % T,
