@@ -56,7 +56,7 @@ void init(GPT2& m) {
   init_parameters(m.params(), m.table(), m.config(), 42);
   // Larger q/k weights than GPT-2's 0.02, so attention is far from uniform and layouts differ.
   for (int l = 0; l < m.config().n_layer; ++l) {
-    const ParamInfo& w = *m.table().layer(l).qkv_w;
+    const ParamInfo& w = *m.names().layer(l).qkv_w;
     for (int64_t i = 0; i < w.numel; ++i) m.param(w)[i] *= 10.0f;
   }
 }
@@ -112,13 +112,14 @@ void expect_layout_matches(const ModelConfig& c, const sp_test::Layout& l, const
   // a forward at another shape (evaluation) keeps no stale Ulysses tensors.
   const size_t held = m.activation_bytes();
   EXPECT_EQ(held, m.activation_bytes_for(B, Tl));
-  EXPECT_GT(held, Activations::bytes_for(c, B, Tl));
+  EXPECT_GT(held, Activations::bytes_for(c, m.range(), B, Tl));
   if (l.U > 1 && l.R == 1) {
     // The saved Ulysses tensors live in the layers' activations: a smaller batch holds exactly its own.
     const int H = c.n_head, D = c.d_model / c.n_head;
     const size_t saved = op.bytes_for(1, Tl / 2, H, D, c.n_layer) - op.bytes_for(1, Tl / 2, H, D, 0);
     m.forward(inputs.data(), targets.data(), pos.data(), 1, Tl / 2, &n);
-    EXPECT_EQ(m.activation_bytes() - m.attention_bytes(), Activations::bytes_for(c, 1, Tl / 2, true) + saved)
+    EXPECT_EQ(m.activation_bytes() - m.attention_bytes(),
+              Activations::bytes_for(c, m.range(), 1, Tl / 2, true) + saved)
         << "stale Ulysses tensors after a smaller batch";
   }
 

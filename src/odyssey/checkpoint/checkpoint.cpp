@@ -28,8 +28,24 @@ void read_tensors(const SafetensorsFile& file, const ParamTable& table, float* b
 }  // namespace
 
 nlohmann::json model_config_to_json(const ModelConfig& c) {
-  return {{"arch", c.arch},       {"n_layer", c.n_layer}, {"n_head", c.n_head},
-          {"d_model", c.d_model}, {"seq_len", c.seq_len}, {"vocab_size", c.vocab_size}};
+  const RopeScaling& r = c.rope_scaling;
+  return {{"arch", c.arch},
+          {"n_layer", c.n_layer},
+          {"n_head", c.n_head},
+          {"d_model", c.d_model},
+          {"seq_len", c.seq_len},
+          {"vocab_size", c.vocab_size},
+          {"n_kv_head", c.n_kv_head},
+          {"d_ff", c.d_ff},
+          {"head_dim", c.head_size},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"rope_theta", c.rope_theta},
+          {"rope_scaling.rope_type", r.rope_type},
+          {"rope_scaling.factor", r.factor},
+          {"rope_scaling.low_freq_factor", r.low_freq_factor},
+          {"rope_scaling.high_freq_factor", r.high_freq_factor},
+          {"rope_scaling.original_max_position_embeddings", r.original_max_position_embeddings},
+          {"tie_embeddings", c.tie_embeddings}};
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -41,6 +57,20 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
     c.d_model = j.at("d_model").get<int>();
     c.seq_len = j.at("seq_len").get<int>();
     c.vocab_size = j.at("vocab_size").get<int>();
+    // Written since the Llama keys exist; older (GPT-2) checkpoints have the defaults.
+    RopeScaling& r = c.rope_scaling;
+    c.n_kv_head = j.value("n_kv_head", c.n_kv_head);
+    c.d_ff = j.value("d_ff", c.d_ff);
+    c.head_size = j.value("head_dim", c.head_size);
+    c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
+    c.rope_theta = j.value("rope_theta", c.rope_theta);
+    r.rope_type = j.value("rope_scaling.rope_type", r.rope_type);
+    r.factor = j.value("rope_scaling.factor", r.factor);
+    r.low_freq_factor = j.value("rope_scaling.low_freq_factor", r.low_freq_factor);
+    r.high_freq_factor = j.value("rope_scaling.high_freq_factor", r.high_freq_factor);
+    r.original_max_position_embeddings =
+        j.value("rope_scaling.original_max_position_embeddings", r.original_max_position_embeddings);
+    c.tie_embeddings = j.value("tie_embeddings", c.tie_embeddings);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: bad model config: {}", source, e.what());
   }

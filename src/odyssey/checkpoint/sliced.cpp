@@ -90,6 +90,9 @@ WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind
       {"format", "odyssey-slices"}, {"kind", kind}, {"rank", std::to_string(rank)}};
   for (const DenseRange& piece : pieces) {
     for (const ParamInfo& p : table.tensors()) {
+      // A slice is a 1-D range of the global tensor; a tensor-parallel shard is a box of it.
+      ODY_CHECK(p.shard.whole(),
+                "checkpoint: parameter {} is a tensor shard; its slices cannot be written yet", p.name);
       const int64_t b = std::max(piece.begin, p.offset), e = std::min(piece.end, p.offset + p.numel);
       if (e <= b) continue;
       const float* data = piece.data + (b - piece.begin);

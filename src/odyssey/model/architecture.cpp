@@ -2,17 +2,19 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/model/gpt2.h"
+#include "odyssey/model/gpt2_params.h"
 
 namespace odyssey {
 
 namespace {
 
-std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, bool allocate_storage) {
-  return std::make_unique<GPT2>(config, allocate_storage);
+std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, const StageRange& range, bool allocate_storage) {
+  return std::make_unique<GPT2>(config, allocate_storage, range);
 }
 
 const Architecture kArchitectures[] = {
-    {"gpt2", make_gpt2, init_parameter_range, training_flops_per_token, "gpt2"},
+    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
+     "gpt2"},
 };
 
 }  // namespace

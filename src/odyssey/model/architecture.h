@@ -1,6 +1,6 @@
 // The architecture registry: what the layers above the model need of an architecture, registered in
-// one place (model.arch names the entry). A second architecture (Llama) adds its parameter table,
-// initialisation, block and stage in its own files and one entry here.
+// one place (model.arch names the entry). Each architecture keeps its parameter table, block and
+// stage in its own files (gpt2_*, llama_*) and has one entry here.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,14 @@ namespace odyssey {
 
 struct Architecture {
   const char* name;
-  // The whole model as one stage; allocate_storage=false: no full buffers (Stage::owns_storage).
-  std::unique_ptr<Stage> (*make_model)(const ModelConfig& config, bool allocate_storage);
+  // The architecture's own shape rules (after the common ones of ModelConfig::validate), naming the key.
+  void (*validate)(const ModelConfig& config);
+  // Its parameter table (names, shapes, units, decay, init kinds), of the whole model.
+  ParamTable (*make_table)(const ModelConfig& config);
+  // A stage holding the layers of range (StageRange{}: the whole model); allocate_storage=false: no
+  // full buffers (Stage::owns_storage).
+  std::unique_ptr<Stage> (*make_stage)(const ModelConfig& config, const StageRange& range,
+                                       bool allocate_storage);
   // Fills dense elements [begin, end) of the flat parameters deterministically from seed, independent of
   // any sharding (a range gives the values the whole-buffer fill gives there).
   void (*init)(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,

@@ -18,21 +18,24 @@ int head_rows(int N, int head_chunk_tokens) {
 }
 }  // namespace
 
-void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared_qkv_,
-                               const MemoryOptions& memory) {
-  const int chunk = head_rows(B_ * T_, memory.head_chunk_tokens);
+void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
+                               bool shared_qkv_, const MemoryOptions& memory) {
+  const bool head = range_.head(c);
+  const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
   const bool recompute_ = memory.checkpoint == CheckpointPolicy::full;
   work_layer = -1;
-  if (B == B_ && T == T_ && shared_qkv == shared_qkv_ && head_chunk == chunk && recompute == recompute_)
+  if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
+      recompute == recompute_)
     return;
   B = B_;
   T = T_;
+  range = range_;
   shared_qkv = shared_qkv_;
   head_chunk = chunk;
   recompute = recompute_;
   const size_t N = size_t(B) * T, C = c.d_model;
   layers.clear();
-  layers.resize(size_t(c.n_layer));
+  layers.resize(size_t(range.layers()));
   for (Gpt2LayerActs& l : layers) {
     if (recompute)
       l.residual3.resize(N * C);
@@ -42,12 +45,12 @@ void Gpt2Activations::allocate(const ModelConfig& c, int B_, int T_, bool shared
   work = Gpt2LayerActs();
   if (recompute) work.allocate(c, B, T, !shared_qkv);
   scratch.allocate(c, B, T, shared_qkv, true);
-  encoded.resize(N * C);
-  lnf.resize(N * C);
-  lnf_mean.resize(N);
-  lnf_rstd.resize(N);
+  encoded.resize(range.embeddings() ? N * C : 0);
+  lnf.resize(head ? N * C : 0);
+  lnf_mean.resize(head ? N : 0);
+  lnf_rstd.resize(head ? N : 0);
   logits.resize(size_t(head_chunk) * size_t(c.vocab_size));
-  losses.resize(N);
+  losses.resize(head ? N : 0);
   tokens.resize(N);
   targets.resize(N);
   positions.resize(N);
@@ -62,12 +65,15 @@ size_t Gpt2Activations::bytes() const {
   return total;
 }
 
-size_t Gpt2Activations::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv,
-                                  const MemoryOptions& memory) {
-  const size_t N = size_t(B) * T, C = c.d_model, L = c.n_layer;
-  // encoded, lnf, dres [N, C]; lnf stats and losses [N]; logits [chunk, V].
+size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
+                                  bool shared_qkv, const MemoryOptions& memory) {
+  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers());
+  const bool head = range.head(c);
+  // encoded (with the embeddings), lnf (with the head) and dres [N, C]; with the head, lnf stats and
+  // losses [N] and logits [chunk, V].
   const size_t floats =
-      N * C * 3 + 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size);
+      N * C * (1 + range.embeddings() + head) +
+      (head ? 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
   // Full checkpointing: each layer's output [N, C], and one layer's activations to run or recompute.
   const size_t layers = memory.checkpoint == CheckpointPolicy::full
                             ? L * N * C * sizeof(float) + Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv)
@@ -78,16 +84,23 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, int B, int T, bool share
 
 // --- the model -----------------------------------------------------------------------------------
 
-GPT2::GPT2(const ModelConfig& config, bool allocate_storage) : config_(config), table_(config) {
-  config_.validate();
-  const int L = config_.n_layer;
-  schedule_.push_back({0, true});
-  for (int l = 0; l < L; ++l) schedule_.push_back({ParamTable::layer_unit(l), true});
-  schedule_.push_back({table_.final_unit(), true});
-  schedule_.push_back({0, true});  // the tied LM head
-  schedule_.push_back({0, false});
-  schedule_.push_back({table_.final_unit(), false});
-  for (int l = L - 1; l >= 0; --l) schedule_.push_back({ParamTable::layer_unit(l), false});
+GPT2::GPT2(const ModelConfig& config, bool allocate_storage, const StageRange& range)
+    : config_(config),
+      range_((config_.validate(), range.resolved(config_))),
+      table_(gpt2_stage_table(config_, range_)),
+      names_(table_, range_) {
+  const bool emb = range_.embeddings(), head = has_head();
+  if (emb) schedule_.push_back({0, true});
+  for (int l = range_.layer_begin; l < range_.layer_end; ++l) schedule_.push_back({layer_unit(l), true});
+  if (head) {
+    schedule_.push_back({final_unit(), true});
+    if (emb) schedule_.push_back({0, true});  // the tied LM head (its wte is the embeddings')
+    if (emb) schedule_.push_back({0, false});
+    schedule_.push_back({final_unit(), false});
+  }
+  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l)
+    schedule_.push_back({layer_unit(l), false});
+  if (emb && !head) schedule_.push_back({0, false});  // the embedding backward
   unit_params_.assign(size_t(table_.num_units()), nullptr);
   unit_grads_.assign(size_t(table_.num_units()), nullptr);
   if (!allocate_storage) return;
@@ -108,7 +121,7 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
 
 const float* GPT2::logits(const StageActivations& acts) const {
   const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
-  return a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+  return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
 }
 
 void GPT2::set_memory(const MemoryOptions& memory) {
@@ -124,53 +137,65 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
   ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  a.allocate(c, B, T, attention_->saves_qkv(), memory_);
+  const bool emb = range_.embeddings();
+  ODY_CHECK(emb || a.input,
+            "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
+            range_.layer_begin, range_.layer_end);
+  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_);
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, V = c.vocab_size;
   for (int i = 0; i < N; ++i) {
-    ODY_CHECK(inputs[i] >= 0 && inputs[i] < V,
-              "token id {} at row {}, position {} is outside the vocabulary [0, {})", inputs[i], i / T, i % T,
-              V);
+    const int token = emb ? inputs[i] : 0;
+    ODY_CHECK(token >= 0 && token < V, "token id {} at row {}, position {} is outside the vocabulary [0, {})",
+              token, i / T, i % T, V);
     int pos = positions ? positions[i % T] : i % T;
     ODY_CHECK(pos >= 0 && pos < c.seq_len, "position {} outside the model's context {}", pos, c.seq_len);
-    a.tokens[size_t(i)] = inputs[i];
+    a.tokens[size_t(i)] = token;
     a.positions[size_t(i)] = pos;
     a.targets[size_t(i)] = targets ? targets[i] : -1;
   }
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
-  hooks_->before_forward(0);
-  observed(o, "embedding.fwd", 0, [&] {
-    embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(table_.wte()), w(table_.wpe()),
-                      N, C);
-  });
-  hooks_->after_forward(0);
-  for (int l = 0; l < c.n_layer; ++l) {
-    hooks_->before_forward(ParamTable::layer_unit(l));
-    const float* x = l == 0 ? a.encoded.data() : a.layers[size_t(l) - 1].residual3.data();
-    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[size_t(l)];
-    gpt2_block_forward(la, x, resolve_layer(table_.layer(l), w), *attention_, a.scratch, shape(a), o);
+  if (emb) {
+    hooks_->before_forward(0);
+    observed(o, "embedding.fwd", 0, [&] {
+      embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.wte), w(*names_.wpe),
+                        N, C);
+    });
+    hooks_->after_forward(0);
+  }
+  const float* input = emb ? a.encoded.data() : a.input;
+  for (int l = range_.layer_begin; l < range_.layer_end; ++l) {
+    const size_t i = size_t(l - range_.layer_begin);
+    hooks_->before_forward(layer_unit(l));
+    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
+    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[i];
+    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch, shape(a), o);
     if (a.recompute) {  // keep only the output, the next layer's input
       observed(o, "memcpy.checkpoint", 0, [&] {
-        std::copy(la.residual3.data(), la.residual3.data() + size_t(N) * C,
-                  a.layers[size_t(l)].residual3.data());
+        std::copy(la.residual3.data(), la.residual3.data() + size_t(N) * C, a.layers[i].residual3.data());
       });
       a.work_layer = l;
     }
-    hooks_->after_forward(ParamTable::layer_unit(l));
+    hooks_->after_forward(layer_unit(l));
   }
-  hooks_->before_forward(table_.final_unit());
+  if (!has_head()) return;
+  hooks_->before_forward(final_unit());
   observed(o, "layernorm.fwd", 0, [&] {
     layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.layers.back().residual3.data(),
-                      w(table_.lnf_w()), w(table_.lnf_b()), N, C);
+                      w(*names_.lnf_w), w(*names_.lnf_b), N, C);
   });
-  hooks_->after_forward(table_.final_unit());
+  hooks_->after_forward(final_unit());
   // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
-  hooks_->before_forward(0);
-  hooks_->after_forward(0);
+  if (head_unit() != final_unit()) {
+    hooks_->before_forward(head_unit());
+    hooks_->after_forward(head_unit());
+  }
 }
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
+  ODY_CHECK(has_head(), "loss: the stage of layers [{}, {}) has no LM head", range_.layer_begin,
+            range_.layer_end);
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
   const int N = a.B * a.T, C = config_.d_model, V = config_.vocab_size;
   auto w = [this](const ParamInfo& t) { return param(t); };
@@ -179,18 +204,19 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   float* dln = a.scratch.dln.data();  // d(lnf) [N, C]
   const bool train = dloss > 0;
   if (train) {
-    // The LM head's backward use of unit 0 (tied wte) starts here: its gradient accumulates chunk by chunk.
-    hooks_->before_backward(0);
+    // The LM head's backward use of its unit (the tied wte) starts here: its gradient accumulates chunk
+    // by chunk.
+    hooks_->before_backward(head_unit());
     observed(o, "memset.act_grads", 0, [&] { a.scratch.dln.zero(); });
   }
   LmHeadArgs head;
   head.x = a.lnf.data();
-  head.w = w(table_.wte());
+  head.w = w(*names_.wte);
   head.targets = a.targets.data();
   head.losses = a.losses.data();
   head.block = a.logits.data();
   head.dx = dln;
-  head.dw = train ? d(table_.wte()) : nullptr;
+  head.dw = train ? d(*names_.wte) : nullptr;
   head.N = N, head.C = C, head.V = V, head.chunk = a.head_chunk;
   head.dloss = dloss;
   lm_head_loss(head, o);
@@ -206,39 +232,50 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
 void GPT2::backward(StageActivations& acts) {
   const ModelConfig& c = config_;
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
-  a.head_backward_done = false;
   const int N = a.B * a.T, C = c.d_model;
   auto w = [this](const ParamInfo& t) { return param(t); };
   auto d = [this](const ParamInfo& t) { return grad(t); };
   OpObserver* o = observer_;
-  float* dln = a.scratch.dln.data();  // d(lnf), from loss()
+  const bool emb = range_.embeddings();
 
-  hooks_->before_backward(table_.final_unit());
-  observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
-  observed(o, "layernorm.bwd", 0, [&] {
-    layernorm_backward(a.dres.data(), d(table_.lnf_w()), d(table_.lnf_b()), dln,
-                       a.layers.back().residual3.data(), w(table_.lnf_w()), a.lnf_mean.data(),
-                       a.lnf_rstd.data(), N, C);
-  });
-  hooks_->after_backward(table_.final_unit());
-  for (int l = c.n_layer - 1; l >= 0; --l) {
-    hooks_->before_backward(ParamTable::layer_unit(l));
-    const float* x = l == 0 ? a.encoded.data() : a.layers[size_t(l) - 1].residual3.data();
-    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[size_t(l)];
+  if (has_head()) {
+    ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
+    a.head_backward_done = false;
+    const float* dln = a.scratch.dln.data();  // d(lnf), from loss()
+    if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
+    observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
+    observed(o, "layernorm.bwd", 0, [&] {
+      layernorm_backward(a.dres.data(), d(*names_.lnf_w), d(*names_.lnf_b), dln,
+                         a.layers.back().residual3.data(), w(*names_.lnf_w), a.lnf_mean.data(),
+                         a.lnf_rstd.data(), N, C);
+    });
+    hooks_->after_backward(final_unit());
+  } else {
+    ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",
+              range_.layer_begin, range_.layer_end);
+    std::copy(a.output_grad, a.output_grad + size_t(N) * C, a.dres.data());
+  }
+  const float* input = emb ? a.encoded.data() : a.input;
+  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l) {
+    const size_t i = size_t(l - range_.layer_begin);
+    hooks_->before_backward(layer_unit(l));
+    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
+    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[i];
     if (a.recompute && a.work_layer != l) {
       // Recompute the layer from its input with the forward's own calls (same shapes: same bits);
       // the last layer is still there from the forward.
-      gpt2_block_forward(la, x, resolve_layer(table_.layer(l), w), *attention_, a.scratch, shape(a), o);
+      gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch, shape(a), o);
       a.work_layer = l;
     }
-    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(table_.layer(l), w),
-                        resolve_layer(table_.layer(l), d), *attention_, a.scratch, shape(a), o);
-    hooks_->after_backward(ParamTable::layer_unit(l));
+    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
+                        resolve_layer(names_.layer(l), d), *attention_, a.scratch, shape(a), o);
+    hooks_->after_backward(layer_unit(l));
   }
+  if (!emb) return;  // a.dres holds d(input)
+  if (!has_head()) hooks_->before_backward(0);
   observed(o, "embedding.bwd", 0, [&] {
-    embedding_backward(d(table_.wte()), d(table_.wpe()), a.dres.data(), a.tokens.data(), a.positions.data(),
-                       N, C);
+    embedding_backward(d(*names_.wte), d(*names_.wpe), a.dres.data(), a.tokens.data(), a.positions.data(), N,
+                       C);
   });
   hooks_->after_backward(0);
 }

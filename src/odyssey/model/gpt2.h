@@ -1,14 +1,18 @@
-// GPT-2 as one stage holding the whole model, exactly as Hugging Face's GPT2LMHeadModel: learned
-// positions, pre-LayerNorm (eps 1e-5), tanh GELU, tied input/output embeddings, biases everywhere.
-// The layers are model/gpt2_block.h; this class adds the embeddings, the final norm, the tied LM
-// head and the loss, and runs them over activations the caller owns (model/stage.h).
+// GPT-2, exactly as Hugging Face's GPT2LMHeadModel: learned positions, pre-LayerNorm (eps 1e-5),
+// tanh GELU, tied input/output embeddings, biases everywhere. A GPT2 is one stage (model/stage.h): by
+// default the whole model, or a range of its layers for pipeline parallelism. The layers are
+// model/gpt2_block.h; this class adds the embeddings, the final norm, the tied LM head and the loss,
+// and runs them over activations the caller owns.
 //
 // The model owns no communication. Parallel code changes how it runs through the stage seam: the
 // AttentionOp (Ulysses, ring) and the LayerHooks around each unit use (ZeRO-3 gathers, gradient
-// reduction), in the order of unit_schedule():
+// reduction), in the order of unit_schedule(). For the whole model (units: 0 embeddings, 1 + l layer l,
+// L + 1 final norm):
 //   forward:  0 embeddings, 1 + l each layer l = 0 .. L-1, L + 1 final norm, 0 LM head (tied to wte)
 //   backward: 0 LM head (unit 0 stays acquired until after the embedding backward), L + 1 final
 //             norm, 1 + l each layer l = L-1 .. 0
+// A stage's units are numbered from 0 in the same order over what it holds; a last stage without the
+// embeddings keeps the tied head's wte in its final unit.
 //
 // The LM head and the loss are fused and chunked over tokens (long-context-memory.md §4.4): loss()
 // computes the logits of head_chunk_tokens rows at a time, their cross-entropy and, in training, their
@@ -24,6 +28,7 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/config.h"
 #include "odyssey/model/gpt2_block.h"
+#include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/params.h"
 #include "odyssey/model/stage.h"
 
@@ -32,6 +37,7 @@ namespace odyssey {
 // Activations of one micro-batch of B rows x T tokens (N = B*T), kept for backward.
 struct Gpt2Activations : StageActivations {
   int B = 0, T = 0;
+  StageRange range;                      // the layers held (resolved)
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
   IntBuffer tokens, targets, positions;  // [N]
   FloatBuffer encoded;                   // [N, C]
@@ -47,22 +53,31 @@ struct Gpt2Activations : StageActivations {
   FloatBuffer dres;                     // [N, C] d(residual stream), carried down through the layers
   Gpt2BlockScratch scratch;             // shared by the layers
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv = false,
+  // For the layers of `range` (resolved) and, with the head, the final norm and logits.
+  void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
                 const MemoryOptions& memory = {});
   size_t bytes() const override;
-  // What allocate(config, B, T, shared_qkv, memory) would hold, without allocating.
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv = false,
-                          const MemoryOptions& memory = {});
+  // What allocate(config, range, B, T, shared_qkv, memory) would hold, without allocating.
+  static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
+                          bool shared_qkv = false, const MemoryOptions& memory = {});
+
+  const float* output() const override { return layers.back().residual3.data(); }
+  const float* input_grad() const override { return dres.data(); }
 };
 using Activations = Gpt2Activations;
 
 class GPT2 : public Stage {
  public:
-  // allocate_storage=false: no full parameter/gradient buffers (see Stage::owns_storage).
-  explicit GPT2(const ModelConfig& config, bool allocate_storage = true);
+  // allocate_storage=false: no full parameter/gradient buffers (see Stage::owns_storage). range: the
+  // layers this stage holds (default: all, with the embeddings and the head).
+  explicit GPT2(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {});
+  GPT2(const GPT2&) = delete;  // names_ points into table_
+  GPT2& operator=(const GPT2&) = delete;
 
   const ModelConfig& config() const override { return config_; }
+  const StageRange& range() const override { return range_; }
   const ParamTable& table() const override { return table_; }
+  const Gpt2Params& names() const { return names_; }
   bool owns_storage() const override { return params_.size() > 0; }
   // The full flat buffers (null without allocated storage).
   float* params() { return params_.data(); }
@@ -98,16 +113,23 @@ class GPT2 : public Stage {
   size_t activation_bytes_for(int B, int T) const override {
     // Under full checkpointing the attention op keeps one layer's saved tensors at a time.
     const bool recompute = memory_.checkpoint == CheckpointPolicy::full;
-    return Gpt2Activations::bytes_for(config_, B, T, attention_->saves_qkv(), memory_) +
-           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), recompute ? 1 : config_.n_layer);
+    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
+           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), recompute ? 1 : range_.layers());
   }
   size_t attention_bytes() const override { return attention_->bytes(); }
 
  private:
   BlockShape shape(const Gpt2Activations& a) const { return {a.B, a.T, config_.d_model, config_.n_head}; }
+  // This stage's unit numbers (see the class comment); the final and head units exist with the head.
+  int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
+  int final_unit() const { return table_.num_units() - 1; }
+  int head_unit() const { return range_.embeddings() ? 0 : final_unit(); }
+  bool has_head() const { return range_.head(config_); }
 
   ModelConfig config_;
+  StageRange range_;
   ParamTable table_;
+  Gpt2Params names_;  // views into table_
   FloatBuffer params_, grads_;
   std::vector<float*> unit_params_, unit_grads_;  // per unit: the storage of its range
   std::vector<UnitUse> schedule_;

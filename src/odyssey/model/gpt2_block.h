@@ -14,8 +14,8 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
+#include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/op_observer.h"
-#include "odyssey/model/params.h"
 
 namespace odyssey {
 

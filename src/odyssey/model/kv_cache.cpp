@@ -14,6 +14,7 @@ namespace odyssey {
 
 KVCacheEngine::KVCacheEngine(const Stage& model)
     : model_(model),
+      names_(model.table(), model.range()),
       ctx_(model.config().seq_len),
       C_(model.config().d_model),
       H_(model.config().n_head),
@@ -22,6 +23,8 @@ KVCacheEngine::KVCacheEngine(const Stage& model)
       layers_(size_t(model.config().n_layer)) {
   ODY_CHECK(model.config().arch == "gpt2", "the KV cache runs the GPT-2 block; model.arch is '{}'",
             model.config().arch);
+  ODY_CHECK(model.range() == StageRange{}.resolved(model.config()),
+            "the KV cache runs the whole model, not a pipeline stage");
   const size_t T = size_t(ctx_), C = size_t(C_);
   cached_.resize(T);
   for (CachedAttention& l : layers_) {
@@ -105,8 +108,8 @@ void KVCacheEngine::run(const int* tokens, int T) {
 
   // Through param(): a unit's storage may have been repointed (ZeRO-3 gathers).
   auto w = [&](const ParamInfo& t) { return model_.param(t); };
-  const ParamTable& table = model_.table();
-  embedding_forward(x_.data(), tokens_.data(), positions_.data(), w(table.wte()), w(table.wpe()), T, C_);
+  const Gpt2Params& table = names_;
+  embedding_forward(x_.data(), tokens_.data(), positions_.data(), w(*table.wte), w(*table.wpe), T, C_);
   for (int l = 0; l < n_layer_; ++l) {
     CachedAttention& attention = layers_[size_t(l)];
     attention.start = start;
@@ -116,8 +119,8 @@ void KVCacheEngine::run(const int* tokens, int T) {
   }
   // Only the last position's logits are needed: final LayerNorm and tied LM head on one row.
   const float* last = x_.data() + size_t(T - 1) * C_;
-  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(table.lnf_w()), w(table.lnf_b()), 1, C_);
-  linear_forward(logits_.data(), ln_.data(), w(table.wte()), nullptr, 1, C_, V_);
+  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(*table.lnf_w), w(*table.lnf_b), 1, C_);
+  linear_forward(logits_.data(), ln_.data(), w(*table.wte), nullptr, 1, C_, V_);
   length_ = start + T;
 }
 

@@ -68,6 +68,7 @@ class KVCacheEngine {
   };
 
   const Stage& model_;
+  const Gpt2Params names_;  // views into model_.table()
   const int ctx_, C_, H_, V_, n_layer_;
   int length_ = 0;
   int64_t slides_ = 0;

@@ -1,18 +1,8 @@
-// The parameter table: every GPT-2 parameter lives in one flat fp32 buffer; this table names each
-// tensor and gives its global shape and offset (as llm.c). Gradients and Adam moments mirror the
-// buffer, so sharding, bucketing and checkpoint slicing are offset arithmetic.
-//
-// Order (per-layer contiguous, so a layer is one range for ZeRO-3 gathers):
-//   wte [V, C], wpe [maxT, C],
-//   for each layer l: h.l.ln_1.weight [C], h.l.ln_1.bias [C],
-//                     h.l.attn.c_attn.weight [3C, C], h.l.attn.c_attn.bias [3C],
-//                     h.l.attn.c_proj.weight [C, C], h.l.attn.c_proj.bias [C],
-//                     h.l.ln_2.weight [C], h.l.ln_2.bias [C],
-//                     h.l.mlp.c_fc.weight [4C, C], h.l.mlp.c_fc.bias [4C],
-//                     h.l.mlp.c_proj.weight [C, 4C], h.l.mlp.c_proj.bias [C],
-//   ln_f.weight [C], ln_f.bias [C].
-// Linear weights are [out, in] (nn.Linear); Hugging Face's Conv1D stores [in, out]: export and
-// import transpose. The LM head is tied to wte.
+// The parameter table: every parameter of a model lives in one flat fp32 buffer; this table names
+// each tensor and gives its global shape, offset, unit, decay rule and initialisation (as llm.c).
+// Gradients and Adam moments mirror the buffer, so sharding, bucketing and checkpoint slicing are
+// offset arithmetic. The table knows no architecture: each one builds its own (gpt2_params.h,
+// llama_params.h) and the registry (architecture.h) names the builder.
 #pragma once
 
 #include <cstdint>
@@ -23,62 +13,82 @@
 
 namespace odyssey {
 
+// Which piece of a tensor a table holds (tensor parallelism splits a tensor across ranks): dimension
+// `dim` of the global shape is cut into `count` equal pieces and this table holds piece `index`.
+// dim = -1: the whole tensor (every tensor today; the checkpoint and init code refuse anything else
+// until tensor parallelism writes its slices as boxes of the global tensor).
+struct TensorShard {
+  int dim = -1;
+  int index = 0;
+  int count = 1;
+  bool whole() const { return dim < 0; }
+  bool operator==(const TensorShard&) const = default;
+};
+
 struct ParamInfo {
   std::string name;            // e.g. "h.3.attn.c_attn.weight"
   std::vector<int64_t> shape;  // global shape
+  TensorShard shard;           // the piece of it held here
   int64_t offset = 0;          // into the flat buffer, in elements
-  int64_t numel = 0;
-  int unit = 0;               // the unit it belongs to (see ParamTable)
-  bool weight_decay = false;  // AdamW decay: matrices and embeddings yes, biases and norms no
-  // GPT-2 init: normal(0, 0.02) for matrices and embeddings, residual projections (attn.c_proj,
-  // mlp.c_proj) scaled by 1/sqrt(2 n_layer); biases zero; LayerNorm weights one.
+  int64_t numel = 0;           // elements held here (the local shape's)
+  int index = 0;               // position in the whole model's table: keys its initialisation stream, so
+                               // a stage's or a shard's table draws the values the whole model's does
+  int unit = 0;                // the unit it belongs to (see ParamTable)
+  bool weight_decay = false;   // AdamW decay: matrices and embeddings yes, biases and norms no
+  // normal(0, 0.02) for matrices and embeddings; normal_residual: scaled by 1/sqrt(2 n_layer)
+  // (GPT-2's residual projections); zeros (biases), ones (norm weights).
   enum class Init { normal, normal_residual, zeros, ones } init = Init::zeros;
-};
 
-// Offsets of one layer's tensors, in table order.
-struct LayerParams {
-  const ParamInfo *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attn_proj_w, *attn_proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
-      *fc_proj_w, *fc_proj_b;
+  // The shape of the piece held here (shape itself for a whole tensor).
+  std::vector<int64_t> local_shape() const;
 };
 
 // Units: the granularity at which parallel code handles parameters (ZeRO-3 gathers one unit at a
-// time, data parallelism reduces a unit's gradients when its backward is done).
-//   unit 0: wte, wpe (embeddings; wte is also the LM head)   unit 1 + l: layer l   unit L + 1: ln_f
+// time, data parallelism reduces a unit's gradients when its backward is done). Every architecture
+// lays its units out the same way:
+//   unit 0: embeddings   unit 1 + l: layer l   unit L + 1: final norm (and an untied LM head)
 // Each unit is one contiguous range of the flat buffer.
 class ParamTable {
  public:
+  ParamTable() = default;
+  // The table of the architecture config.arch names (architecture.h).
   explicit ParamTable(const ModelConfig& config);
+
+  // Building, in buffer order: add() appends a tensor to the current unit; append() appends a copy of
+  // another table's tensor (its name, shape, init and index kept); begin_unit() closes the unit and
+  // opens the next; finish() closes the last.
+  void add(std::string name, std::vector<int64_t> shape, ParamInfo::Init init);
+  void append(const ParamInfo& like);
+  void begin_unit();
+  void finish();
+  // A pipeline stage's table: the tensors of this table's units [first, last], renumbered from unit 0
+  // at offset 0 (init streams kept). The caller may append more (a tied head) before finish().
+  ParamTable units(int first, int last) const;
 
   const std::vector<ParamInfo>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
   const ParamInfo& find(const std::string& name) const;  // fails naming the tensor if absent
   const ParamInfo* try_find(const std::string& name) const;
 
-  const ParamInfo& wte() const { return tensors_[0]; }
-  const ParamInfo& wpe() const { return tensors_[1]; }
-  const LayerParams& layer(int l) const { return layers_[size_t(l)]; }
-  const ParamInfo& lnf_w() const { return tensors_[tensors_.size() - 2]; }
-  const ParamInfo& lnf_b() const { return tensors_[tensors_.size() - 1]; }
-  // [begin, end) element range of layer l in the flat buffer.
-  std::pair<int64_t, int64_t> layer_range(int l) const;
-
   int num_units() const { return int(unit_begin_.size()) - 1; }
-  static int layer_unit(int l) { return l + 1; }
-  int final_unit() const { return num_units() - 1; }
   int64_t unit_begin(int u) const { return unit_begin_[size_t(u)]; }
   int64_t unit_end(int u) const { return unit_begin_[size_t(u) + 1]; }
   int64_t unit_size(int u) const { return unit_end(u) - unit_begin(u); }
 
  private:
   std::vector<ParamInfo> tensors_;
-  std::vector<LayerParams> layers_;
-  std::vector<int64_t> unit_begin_;  // num_units + 1 boundaries
+  std::vector<int64_t> unit_begin_{0};  // num_units + 1 boundaries once finished
+  int unit_ = 0;
   int64_t total_ = 0;
 };
 
-// Fills params with GPT-2's initialisation, deterministically from seed: tensor t's values are a
-// Philox stream keyed by (seed, t), so they do not depend on how the buffer is sharded.
+// Fills params by each tensor's Init, deterministically from seed: tensor t's values are a Philox
+// stream keyed by (seed, t.index), so they do not depend on how the buffer is sharded or staged.
 void init_parameters(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed);
+// The same for dense elements [begin, end) only (the rest of params is not touched): a rank that keeps
+// a shard initialises only its shard, and its values equal those of the whole-buffer call.
+void init_parameter_range(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,
+                          int64_t begin, int64_t end);
 // The same for dense elements [begin, end) only (the rest of params is not touched): a rank that keeps
 // a shard initialises only its shard, and its values equal those of the whole-buffer call.
 void init_parameter_range(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,

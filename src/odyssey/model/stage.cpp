@@ -1,6 +1,17 @@
 #include "odyssey/model/stage.h"
 
+#include "odyssey/core/error.h"
+
 namespace odyssey {
+
+StageRange StageRange::resolved(const ModelConfig& config) const {
+  StageRange r = *this;
+  if (r.layer_end < 0) r.layer_end = config.n_layer;
+  ODY_CHECK(r.layer_begin >= 0 && r.layer_begin < r.layer_end && r.layer_end <= config.n_layer,
+            "stage layers [{}, {}) are empty or outside the model's {} layers (model.n_layer)", r.layer_begin,
+            r.layer_end, config.n_layer);
+  return r;
+}
 
 StageActivations& Stage::own() {
   if (!own_) own_ = make_activations();

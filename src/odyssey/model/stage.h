@@ -54,11 +54,36 @@ struct UnitUse {
   bool operator==(const UnitUse&) const = default;
 };
 
+// The part of the model a stage holds: layers [layer_begin, layer_end), with the embeddings when it
+// starts at layer 0 and the final norm and LM head when it ends at the last layer (a tied LM head
+// then holds its own copy of the embedding matrix unless the stage also has the embeddings).
+struct StageRange {
+  int layer_begin = 0;
+  int layer_end = -1;  // -1: the model's last layer + 1
+
+  // The range with layer_end resolved; fails naming the range when it is empty or outside the model.
+  StageRange resolved(const ModelConfig& config) const;
+  int layers() const { return layer_end - layer_begin; }
+  bool embeddings() const { return layer_begin == 0; }
+  bool head(const ModelConfig& config) const { return layer_end == config.n_layer; }
+  bool operator==(const StageRange&) const = default;
+};
+
 // What a stage keeps of one micro-batch between its forward and its backward (per architecture).
+//
+// Pipeline hand-offs are hidden states [B*T, C] that the caller owns and keeps valid until the stage's
+// backward returns: a stage without the embeddings reads its first layer's input from `input`; a stage
+// without the LM head reads d(its output) from `output_grad` in backward (there is no loss() call).
 class StageActivations {
  public:
   virtual ~StageActivations() = default;
   virtual size_t bytes() const = 0;  // what the attention op saved in the layers included
+
+  const float* input = nullptr;
+  const float* output_grad = nullptr;
+  // The last layer's output after forward; d(input) after backward (a stage without the embeddings).
+  virtual const float* output() const = 0;
+  virtual const float* input_grad() const = 0;
 };
 
 class Stage {
@@ -66,7 +91,8 @@ class Stage {
   virtual ~Stage() = default;
 
   virtual const ModelConfig& config() const = 0;
-  virtual const ParamTable& table() const = 0;
+  virtual const StageRange& range() const = 0;  // resolved
+  virtual const ParamTable& table() const = 0;  // the stage's tensors only
   // False when the stage was built without full parameter/gradient buffers: every unit must then be
   // given storage with set_unit_storage before use (ZeRO-3 keeps only shards).
   virtual bool owns_storage() const = 0;
@@ -88,13 +114,15 @@ class Stage {
 
   virtual std::unique_ptr<StageActivations> make_activations() const = 0;
   // inputs, targets: [B, T] token ids (target < 0: not counted); positions: [T] global positions of
-  // the T tokens (null: 0..T-1).
+  // the T tokens (null: 0..T-1). inputs are read only with the embeddings (otherwise acts.input),
+  // targets only with the LM head.
   virtual void forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
                        int B, int T) = 0;
   // The sum of the token losses of the last forward (count: tokens counted). dloss > 0: also prepares
   // backward, each token's loss weighted by dloss (1 / tokens in the optimizer step).
   virtual double loss(StageActivations& acts, float dloss, int64_t* count) = 0;
-  // Gradients accumulate into the units' gradient storage.
+  // Gradients accumulate into the units' gradient storage. With the LM head, after loss(acts, dloss > 0);
+  // without it, from acts.output_grad.
   virtual void backward(StageActivations& acts) = 0;
   // Logits [B*T, V] of the last forward (valid after forward and a loss without dloss, when the LM head
   // ran as one chunk; null otherwise).

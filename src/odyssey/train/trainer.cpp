@@ -69,15 +69,10 @@ struct StopSignals {
 
 // Refuses to resume a checkpoint whose model differs from the configured one, naming the key.
 void check_same_model(const ModelConfig& want, const ModelConfig& have, const std::string& dir) {
-  auto check = [&](const char* key, auto a, auto b) {
-    ODY_CHECK(a == b, "checkpoint {} has {}={}, the config says {}", dir, key, b, a);
-  };
-  check("model.arch", want.arch, have.arch);
-  check("model.n_layer", want.n_layer, have.n_layer);
-  check("model.n_head", want.n_head, have.n_head);
-  check("model.d_model", want.d_model, have.d_model);
-  check("model.seq_len", want.seq_len, have.seq_len);
-  check("model.vocab_size", want.vocab_size, have.vocab_size);
+  const nlohmann::json w = model_config_to_json(want), h = model_config_to_json(have);
+  for (const auto& [key, value] : w.items())
+    ODY_CHECK(h.at(key) == value, "checkpoint {} has model.{}={}, the config says {}", dir, key,
+              h.at(key).dump(), value.dump());
 }
 
 // ZeRO's view of the [parallel] and [comm] keys on this grid.
@@ -125,7 +120,7 @@ struct Run {
         dp(grid.dp()),
         replicas(grid.dp_sp()),
         arch(architecture(c.model.arch)),
-        model(arch.make_model(c.model, false)),
+        model(arch.make_stage(c.model, StageRange{}, false)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
     model->set_memory(MemoryOptions{c.memory.checkpoint, c.memory.head_chunk_tokens});
     engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);

@@ -1,0 +1,77 @@
+#include "odyssey/model/gpt2_params.h"
+
+#include <string>
+
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+void validate_gpt2(const ModelConfig& c) {
+  ODY_CHECK(c.d_model % c.n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", c.d_model,
+            c.n_head);
+  ODY_CHECK(c.n_kv_head == 0 || c.n_kv_head == c.n_head,
+            "model.n_kv_head ({}): GPT-2 has as many key/value heads as heads ({})", c.n_kv_head, c.n_head);
+  ODY_CHECK(c.d_ff == 0 || c.d_ff == 4 * c.d_model, "model.d_ff ({}): GPT-2's MLP is 4 * d_model ({})",
+            c.d_ff, 4 * c.d_model);
+  ODY_CHECK(c.head_size == 0 || c.head_size == c.d_model / c.n_head,
+            "model.head_dim ({}): GPT-2's heads are d_model / n_head ({})", c.head_size,
+            c.d_model / c.n_head);
+  ODY_CHECK(!c.rope_scaling.enabled(), "model.rope_scaling: GPT-2 has learned positions, no RoPE");
+}
+
+ParamTable gpt2_param_table(const ModelConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, T = c.seq_len;
+  using Init = ParamInfo::Init;
+  ParamTable t;
+  t.add("wte", {V, C}, Init::normal);
+  t.add("wpe", {T, C}, Init::normal);
+  for (int l = 0; l < c.n_layer; ++l) {
+    t.begin_unit();
+    std::string h = "h." + std::to_string(l) + ".";
+    t.add(h + "ln_1.weight", {C}, Init::ones);
+    t.add(h + "ln_1.bias", {C}, Init::zeros);
+    t.add(h + "attn.c_attn.weight", {3 * C, C}, Init::normal);
+    t.add(h + "attn.c_attn.bias", {3 * C}, Init::zeros);
+    t.add(h + "attn.c_proj.weight", {C, C}, Init::normal_residual);
+    t.add(h + "attn.c_proj.bias", {C}, Init::zeros);
+    t.add(h + "ln_2.weight", {C}, Init::ones);
+    t.add(h + "ln_2.bias", {C}, Init::zeros);
+    t.add(h + "mlp.c_fc.weight", {4 * C, C}, Init::normal);
+    t.add(h + "mlp.c_fc.bias", {4 * C}, Init::zeros);
+    t.add(h + "mlp.c_proj.weight", {C, 4 * C}, Init::normal_residual);
+    t.add(h + "mlp.c_proj.bias", {C}, Init::zeros);
+  }
+  t.begin_unit();
+  t.add("ln_f.weight", {C}, Init::ones);
+  t.add("ln_f.bias", {C}, Init::zeros);
+  t.finish();
+  return t;
+}
+
+ParamTable gpt2_stage_table(const ModelConfig& config, const StageRange& range) {
+  const ParamTable whole = gpt2_param_table(config);
+  const int first = range.embeddings() ? 0 : 1 + range.layer_begin;
+  const int last = range.head(config) ? config.n_layer + 1 : range.layer_end;
+  ParamTable t = whole.units(first, last);
+  if (range.head(config) && !range.embeddings()) t.append(whole.find("wte"));  // the tied LM head
+  t.finish();
+  return t;
+}
+
+Gpt2Params::Gpt2Params(const ParamTable& t, const StageRange& range)
+    : wte(t.try_find("wte")),
+      wpe(t.try_find("wpe")),
+      lnf_w(t.try_find("ln_f.weight")),
+      lnf_b(t.try_find("ln_f.bias")),
+      layer_begin(range.layer_begin) {
+  for (int l = range.layer_begin; l < range.layer_end; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto at = [&](const char* name) { return &t.find(h + name); };
+    layers.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
+                      at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
+                      at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"),
+                      at("mlp.c_proj.bias")});
+  }
+}
+
+}  // namespace odyssey

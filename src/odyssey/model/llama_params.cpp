@@ -1,0 +1,77 @@
+#include "odyssey/model/llama_params.h"
+
+#include <string>
+
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+void validate_llama(const ModelConfig& c) {
+  ODY_CHECK(c.n_kv_head >= 0, "model.n_kv_head must be positive (or 0: n_head), got {}", c.n_kv_head);
+  ODY_CHECK(c.n_head % c.kv_heads() == 0, "model.n_head ({}) must be a multiple of model.n_kv_head ({})",
+            c.n_head, c.kv_heads());
+  ODY_CHECK(c.head_size >= 0, "model.head_dim must be positive (or 0: d_model / n_head), got {}",
+            c.head_size);
+  ODY_CHECK(c.head_size > 0 || c.d_model % c.n_head == 0,
+            "model.d_model ({}) must be divisible by model.n_head ({}) unless model.head_dim is set",
+            c.d_model, c.n_head);
+  ODY_CHECK(c.head_dim() % 2 == 0, "model.head_dim ({}) must be even (RoPE rotates pairs)", c.head_dim());
+  ODY_CHECK(c.d_ff > 0, "model.d_ff must be set to a positive MLP width for llama, got {}", c.d_ff);
+  ODY_CHECK(c.rms_norm_eps > 0, "model.rms_norm_eps must be positive, got {}", c.rms_norm_eps);
+  ODY_CHECK(c.rope_theta > 1, "model.rope_theta must be > 1, got {}", c.rope_theta);
+  const RopeScaling& r = c.rope_scaling;
+  if (!r.enabled()) return;
+  ODY_CHECK(r.rope_type == "llama3", "model.rope_scaling.rope_type: '{}' is not supported (llama3)",
+            r.rope_type);
+  ODY_CHECK(r.factor >= 1, "model.rope_scaling.factor must be >= 1, got {}", r.factor);
+  ODY_CHECK(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor,
+            "model.rope_scaling: need 0 < low_freq_factor ({}) < high_freq_factor ({})", r.low_freq_factor,
+            r.high_freq_factor);
+  ODY_CHECK(r.original_max_position_embeddings > 0,
+            "model.rope_scaling.original_max_position_embeddings must be positive, got {}",
+            r.original_max_position_embeddings);
+}
+
+ParamTable llama_param_table(const ModelConfig& c) {
+  const int64_t C = c.d_model, V = c.vocab_size, D = c.head_dim(), H = c.n_head, K = c.kv_heads(),
+                F = c.ffn_dim();
+  using Init = ParamInfo::Init;  // Hugging Face: normal(0, 0.02) for every matrix, norms one
+  ParamTable t;
+  t.add("model.embed_tokens.weight", {V, C}, Init::normal);
+  for (int l = 0; l < c.n_layer; ++l) {
+    t.begin_unit();
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    t.add(p + "input_layernorm.weight", {C}, Init::ones);
+    t.add(p + "self_attn.q_proj.weight", {H * D, C}, Init::normal);
+    t.add(p + "self_attn.k_proj.weight", {K * D, C}, Init::normal);
+    t.add(p + "self_attn.v_proj.weight", {K * D, C}, Init::normal);
+    t.add(p + "self_attn.o_proj.weight", {C, H * D}, Init::normal);
+    t.add(p + "post_attention_layernorm.weight", {C}, Init::ones);
+    t.add(p + "mlp.gate_proj.weight", {F, C}, Init::normal);
+    t.add(p + "mlp.up_proj.weight", {F, C}, Init::normal);
+    t.add(p + "mlp.down_proj.weight", {C, F}, Init::normal);
+  }
+  t.begin_unit();
+  t.add("model.norm.weight", {C}, Init::ones);
+  if (!c.tie_embeddings) t.add("lm_head.weight", {V, C}, Init::normal);
+  t.finish();
+  return t;
+}
+
+LlamaParams::LlamaParams(const ParamTable& t)
+    : embed(&t.find("model.embed_tokens.weight")),
+      norm(&t.find("model.norm.weight")),
+      lm_head(t.try_find("lm_head.weight")),
+      tied(lm_head == nullptr) {
+  if (tied) lm_head = embed;
+  for (int l = 0; l < t.num_units() - 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    auto at = [&](const char* name) { return &t.find(p + name); };
+    layers.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
+                      at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
+                      at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
+                      at("mlp.gate_proj.weight"), at("mlp.up_proj.weight"), at("mlp.down_proj.weight")});
+  }
+}
+
+}  // namespace odyssey
