@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "odyssey/checkpoint/checkpoint.h"
-#include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/checkpoint/hf_adapter.h"
 #include "odyssey/checkpoint/inspect.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
@@ -18,7 +18,7 @@
 #include "odyssey/data/dataset.h"
 #include "odyssey/data/prepare.h"
 #include "odyssey/data/tokenizer.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/train/batch_loader.h"
 #include "odyssey/train/config.h"
 #include "odyssey/train/evaluate.h"
@@ -32,10 +32,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // A model with the weights of a checkpoint (a step directory or a run directory).
-std::unique_ptr<GPT2> load_model(const std::string& path, CheckpointState* state_out) {
+std::unique_ptr<Stage> load_model(const std::string& path, CheckpointState* state_out) {
   std::string dir = resolve_checkpoint(path);
   CheckpointState state = read_checkpoint_manifest(dir);
-  auto model = std::make_unique<GPT2>(state.model);
+  auto model = architecture(state.model.arch).make_stage(state.model, StageRange{}, true);
   load_checkpoint(dir, model->table(), model->params(), nullptr, nullptr);
   if (state_out) *state_out = state;
   return model;
@@ -149,23 +149,26 @@ int cmd_prepare(PrepareOptions options) {
 }
 
 int cmd_export(const std::string& checkpoint, const std::string& to, const std::string& output) {
-  ODY_CHECK(to == "hf-gpt2", "--to: unknown format '{}' (hf-gpt2)", to);
+  const HfAdapter& adapter = hf_adapter_for_format(to, "--to");
   CheckpointState state;
   auto model = load_model(checkpoint, &state);
-  export_hf_gpt2(state.model, model->params(), output);
+  ODY_CHECK(state.model.arch == adapter.arch,
+            "--to {}: the checkpoint {} holds a model.arch = {} model (use {})", to,
+            resolve_checkpoint(checkpoint), state.model.arch, hf_adapter_for_arch(state.model.arch).format);
+  adapter.export_weights(state.model, model->params(), output);
   log_info("exported {} to {} (model.safetensors, config.json)", resolve_checkpoint(checkpoint), output);
   return 0;
 }
 
 int cmd_import(const std::string& from, const std::string& input, const std::string& output) {
-  ODY_CHECK(from == "hf-gpt2", "--from: unknown format '{}' (hf-gpt2)", from);
-  ModelConfig config = read_hf_gpt2_config(input);
-  GPT2 model(config);
-  import_hf_gpt2(input, config, model.params());
+  const HfAdapter& adapter = hf_adapter_for_format(from, "--from");
+  const ModelConfig config = adapter.read_config(input);
+  auto model = architecture(config.arch).make_stage(config, StageRange{}, true);
+  adapter.import_weights(input, config, model->params());
   CheckpointState state;
   state.model = config;
   state.run = {{"imported_from", input}};
-  std::string dir = save_checkpoint(output, state, model.table(), model.params(), nullptr, nullptr);
+  std::string dir = save_checkpoint(output, state, model->table(), model->params(), nullptr, nullptr);
   log_info("imported {} into {}", input, dir);
   return 0;
 }
@@ -228,12 +231,12 @@ int main(int argc, char** argv) {
   std::string to, output;
   auto* exp = app.add_subcommand("export", "export a checkpoint to another ecosystem's format");
   exp->add_option("--checkpoint", checkpoint, "checkpoint or run directory")->required();
-  exp->add_option("--to", to, "hf-gpt2")->required();
+  exp->add_option("--to", to, hf_formats())->required();
   exp->add_option("--output", output, "output directory")->required();
 
   std::string from, input;
   auto* imp = app.add_subcommand("import", "import a model from another ecosystem's format");
-  imp->add_option("--from", from, "hf-gpt2")->required();
+  imp->add_option("--from", from, hf_formats())->required();
   imp->add_option("--input", input, "Hugging Face model directory (config.json, model.safetensors)")
       ->required();
   imp->add_option("--output", output, "run directory to write the checkpoint into")->required();

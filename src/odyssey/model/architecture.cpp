@@ -13,8 +13,7 @@ std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, const StageRange& ra
 }
 
 const Architecture kArchitectures[] = {
-    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
-     "gpt2"},
+    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token},
 };
 
 }  // namespace

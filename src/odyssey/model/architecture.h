@@ -29,8 +29,8 @@ struct Architecture {
                int64_t begin, int64_t end);
   // Model FLOPs per token of a training step at sequence length T (for MFU).
   double (*training_flops_per_token)(const ModelConfig& config, int T);
-  // The Hugging Face model type its import/export adapter speaks (checkpoint/hf_<arch>.h).
-  const char* hf_model_type;
+  // (Its Hugging Face adapter is registered beside the others in checkpoint/hf_adapter.h, a layer
+  // above the model.)
 };
 
 // The registered architecture called name; fails naming model.arch and the known ones.

@@ -80,9 +80,9 @@ class GPT2 : public Stage {
   const Gpt2Params& names() const { return names_; }
   bool owns_storage() const override { return params_.size() > 0; }
   // The full flat buffers (null without allocated storage).
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  float* params() override { return params_.data(); }
+  const float* params() const override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
   int64_t num_params() const { return table_.total(); }
   // Zeroes the full gradient buffer (with allocated storage).
   void zero_grads() { grads_.zero(); }

@@ -96,6 +96,10 @@ class Stage {
   // False when the stage was built without full parameter/gradient buffers: every unit must then be
   // given storage with set_unit_storage before use (ZeRO-3 keeps only shards).
   virtual bool owns_storage() const = 0;
+  // The full flat parameter and gradient buffers of the stage's table (null without owns_storage()).
+  virtual float* params() = 0;
+  virtual const float* params() const = 0;
+  virtual float* grads() = 0;
   // Points unit u at other storage: params/grads hold the unit's range [unit_begin, unit_end).
   virtual void set_unit_storage(int unit, float* params, float* grads) = 0;
   // Where tensor t's parameters / gradients are now.

@@ -1,0 +1,34 @@
+#include "odyssey/checkpoint/hf_adapter.h"
+
+#include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+namespace {
+
+const HfAdapter kAdapters[] = {
+    {"gpt2", "hf-gpt2", read_hf_gpt2_config, import_hf_gpt2, export_hf_gpt2},
+};
+
+}  // namespace
+
+std::string hf_formats() {
+  std::string known;
+  for (const HfAdapter& a : kAdapters) known += (known.empty() ? "" : ", ") + std::string(a.format);
+  return known;
+}
+
+const HfAdapter& hf_adapter_for_format(const std::string& format, const char* option) {
+  for (const HfAdapter& a : kAdapters)
+    if (format == a.format) return a;
+  fail("{}: unknown format '{}' (known: {})", option, format, hf_formats());
+}
+
+const HfAdapter& hf_adapter_for_arch(const std::string& arch) {
+  for (const HfAdapter& a : kAdapters)
+    if (arch == a.arch) return a;
+  fail("model.arch '{}' has no Hugging Face adapter (known formats: {})", arch, hf_formats());
+}
+
+}  // namespace odyssey
