@@ -20,7 +20,7 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
-#include "odyssey/parallel/fused_qkv.h"
+#include "odyssey/model/fused_qkv.h"
 #include "odyssey/parallel/usp_attention.h"
 #include "sp_test_util.h"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "odyssey/kernels/attention.h"
-#include "odyssey/parallel/fused_qkv.h"
+#include "odyssey/model/fused_qkv.h"
 #include "odyssey/parallel/lse_merge.h"
 
 namespace odyssey {

@@ -19,15 +19,17 @@ class AttentionSaved {
 };
 using AttentionSavedPtr = std::unique_ptr<AttentionSaved>;
 
-// Causal self-attention over a fused qkv [B, T, 3C] (q, k, v each [B, T, H, D]).
+// Causal self-attention over a fused qkv [B, T, (H + 2 Hkv) D] (q [B, T, H, D], k and v [B, T, Hkv, D];
+// model/fused_qkv.h). GPT-2 has Hkv = H ([B, T, 3C]); an op serving a GQA model is built with its
+// n_kv_head.
 class AttentionOp {
  public:
   virtual ~AttentionOp() = default;
-  // out [B, T, C], lse [B, H, T] (kept by the caller for backward). saved: what the op keeps for
+  // out [B, T, H D], lse [B, H, T] (kept by the caller for backward). saved: what the op keeps for
   // this layer's backward (null: nothing); an op may reuse what an earlier forward left there.
   virtual void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                        AttentionSavedPtr& saved) = 0;
-  // Accumulates dqkv [B, T, 3C] from dout [B, T, C]. qkv is null when saves_qkv().
+  // Accumulates dqkv [B, T, (H + 2 Hkv) D] from dout [B, T, H D]. qkv is null when saves_qkv().
   virtual void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
                         int B, int T, int H, int D, const AttentionSaved* saved) = 0;
   // Scratch the op holds now (not what it saved into layers' activations).
@@ -43,10 +45,14 @@ class AttentionOp {
 // Single-process causal attention: the shared blockwise kernel over the whole sequence.
 class LocalAttention : public AttentionOp {
  public:
+  explicit LocalAttention(int n_kv_head = 0);  // 0: as many as query heads
   void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                AttentionSavedPtr& saved) override;
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                 int T, int H, int D, const AttentionSaved* saved) override;
+
+ private:
+  int n_kv_head_;
 };
 
 }  // namespace odyssey

@@ -8,7 +8,7 @@
 #include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
-#include "odyssey/parallel/fused_qkv.h"
+#include "odyssey/model/fused_qkv.h"
 #include "odyssey/parallel/lse_merge.h"
 
 namespace odyssey {

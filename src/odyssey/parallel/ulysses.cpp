@@ -5,7 +5,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
-#include "odyssey/parallel/fused_qkv.h"
+#include "odyssey/model/fused_qkv.h"
 
 namespace odyssey {
 namespace {
