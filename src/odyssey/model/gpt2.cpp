@@ -84,36 +84,17 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
 
 // --- the model -----------------------------------------------------------------------------------
 
-GPT2::GPT2(const ModelConfig& config, bool allocate_storage, const StageRange& range)
-    : config_(config),
-      range_((config_.validate(), range.resolved(config_))),
-      table_(gpt2_stage_table(config_, range_)),
-      names_(table_, range_) {
-  const bool emb = range_.embeddings(), head = has_head();
-  if (emb) schedule_.push_back({0, true});
-  for (int l = range_.layer_begin; l < range_.layer_end; ++l) schedule_.push_back({layer_unit(l), true});
-  if (head) {
-    schedule_.push_back({final_unit(), true});
-    if (emb) schedule_.push_back({0, true});  // the tied LM head (its wte is the embeddings')
-    if (emb) schedule_.push_back({0, false});
-    schedule_.push_back({final_unit(), false});
-  }
-  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l)
-    schedule_.push_back({layer_unit(l), false});
-  if (emb && !head) schedule_.push_back({0, false});  // the embedding backward
-  unit_params_.assign(size_t(table_.num_units()), nullptr);
-  unit_grads_.assign(size_t(table_.num_units()), nullptr);
-  if (!allocate_storage) return;
-  params_.resize(size_t(table_.total()));
-  grads_.resize(size_t(table_.total()));
-  for (int u = 0; u < table_.num_units(); ++u)
-    set_unit_storage(u, params_.data() + table_.unit_begin(u), grads_.data() + table_.unit_begin(u));
+namespace {
+// The configuration is checked before anything is sized from it.
+ParamTable checked_table(const ModelConfig& c, const StageRange& range) {
+  c.validate();
+  return gpt2_stage_table(c, range.resolved(c));
 }
+}  // namespace
 
-void GPT2::set_unit_storage(int unit, float* params, float* grads) {
-  unit_params_[size_t(unit)] = params;
-  unit_grads_[size_t(unit)] = grads;
-}
+GPT2::GPT2(const ModelConfig& config, bool allocate_storage, const StageRange& range)
+    : LayerStage(config, range.resolved(config), checked_table(config, range), allocate_storage, true),
+      names_(table_, range_) {}
 
 std::unique_ptr<StageActivations> GPT2::make_activations() const {
   return std::make_unique<Gpt2Activations>();
@@ -122,12 +103,6 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
 const float* GPT2::logits(const StageActivations& acts) const {
   const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
   return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
-}
-
-void GPT2::set_memory(const MemoryOptions& memory) {
-  ODY_CHECK(memory.head_chunk_tokens >= 0, "memory.head_chunk_tokens must be >= 0, got {}",
-            memory.head_chunk_tokens);
-  memory_ = memory;
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
@@ -271,8 +246,8 @@ void GPT2::backward(StageActivations& acts) {
                         resolve_layer(names_.layer(l), d), *attention_, a.scratch, shape(a), o);
     hooks_->after_backward(layer_unit(l));
   }
-  if (!emb) return;  // a.dres holds d(input)
-  if (!has_head()) hooks_->before_backward(0);
+  if (!emb) return;                                                   // a.dres holds d(input)
+  if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
   observed(o, "embedding.bwd", 0, [&] {
     embedding_backward(d(*names_.wte), d(*names_.wpe), a.dres.data(), a.tokens.data(), a.positions.data(), N,
                        C);

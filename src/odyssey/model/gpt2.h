@@ -29,6 +29,7 @@
 #include "odyssey/model/config.h"
 #include "odyssey/model/gpt2_block.h"
 #include "odyssey/model/gpt2_params.h"
+#include "odyssey/model/layer_stage.h"
 #include "odyssey/model/params.h"
 #include "odyssey/model/stage.h"
 
@@ -66,40 +67,13 @@ struct Gpt2Activations : StageActivations {
 };
 using Activations = Gpt2Activations;
 
-class GPT2 : public Stage {
+class GPT2 : public LayerStage {
  public:
   // allocate_storage=false: no full parameter/gradient buffers (see Stage::owns_storage). range: the
   // layers this stage holds (default: all, with the embeddings and the head).
   explicit GPT2(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {});
-  GPT2(const GPT2&) = delete;  // names_ points into table_
-  GPT2& operator=(const GPT2&) = delete;
 
-  const ModelConfig& config() const override { return config_; }
-  const StageRange& range() const override { return range_; }
-  const ParamTable& table() const override { return table_; }
   const Gpt2Params& names() const { return names_; }
-  bool owns_storage() const override { return params_.size() > 0; }
-  // The full flat buffers (null without allocated storage).
-  float* params() override { return params_.data(); }
-  const float* params() const override { return params_.data(); }
-  float* grads() override { return grads_.data(); }
-  int64_t num_params() const { return table_.total(); }
-  // Zeroes the full gradient buffer (with allocated storage).
-  void zero_grads() { grads_.zero(); }
-
-  void set_unit_storage(int unit, float* params, float* grads) override;
-  float* param(const ParamInfo& t) const override {
-    return unit_params_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
-  }
-  float* grad(const ParamInfo& t) const override {
-    return unit_grads_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
-  }
-
-  void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
-  void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }
-  void set_observer(OpObserver* observer) override { observer_ = observer; }
-  void set_memory(const MemoryOptions& memory) override;
-  const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
 
   std::unique_ptr<StageActivations> make_activations() const override;
   void forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
@@ -111,34 +85,14 @@ class GPT2 : public Stage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    // Under full checkpointing the attention op keeps one layer's saved tensors at a time.
-    const bool recompute = memory_.checkpoint == CheckpointPolicy::full;
     return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
-           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), recompute ? 1 : range_.layers());
+           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), layers_saving_attention());
   }
-  size_t attention_bytes() const override { return attention_->bytes(); }
 
  private:
   BlockShape shape(const Gpt2Activations& a) const { return {a.B, a.T, config_.d_model, config_.n_head}; }
-  // This stage's unit numbers (see the class comment); the final and head units exist with the head.
-  int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
-  int final_unit() const { return table_.num_units() - 1; }
-  int head_unit() const { return range_.embeddings() ? 0 : final_unit(); }
-  bool has_head() const { return range_.head(config_); }
 
-  ModelConfig config_;
-  StageRange range_;
-  ParamTable table_;
   Gpt2Params names_;  // views into table_
-  FloatBuffer params_, grads_;
-  std::vector<float*> unit_params_, unit_grads_;  // per unit: the storage of its range
-  std::vector<UnitUse> schedule_;
-  LocalAttention local_attention_;
-  AttentionOp* attention_ = &local_attention_;
-  LayerHooks no_hooks_;
-  LayerHooks* hooks_ = &no_hooks_;
-  OpObserver* observer_ = nullptr;
-  MemoryOptions memory_;
 };
 
 // Model FLOPs per token for a training step (forward + backward) at sequence length T:

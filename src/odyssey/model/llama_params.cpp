@@ -58,19 +58,36 @@ ParamTable llama_param_table(const ModelConfig& c) {
   return t;
 }
 
-LlamaParams::LlamaParams(const ParamTable& t)
-    : embed(&t.find("model.embed_tokens.weight")),
-      norm(&t.find("model.norm.weight")),
-      lm_head(t.try_find("lm_head.weight")),
-      tied(lm_head == nullptr) {
-  if (tied) lm_head = embed;
-  for (int l = 0; l < t.num_units() - 2; ++l) {
+ParamTable llama_stage_table(const ModelConfig& config, const StageRange& range) {
+  const ParamTable whole = llama_param_table(config);
+  const int first = range.embeddings() ? 0 : 1 + range.layer_begin;
+  const int last = range.head(config) ? config.n_layer + 1 : range.layer_end;
+  ParamTable t = whole.units(first, last);
+  if (range.head(config) && !range.embeddings() && config.tie_embeddings)
+    t.append(whole.find("model.embed_tokens.weight"));  // the tied LM head
+  t.finish();
+  return t;
+}
+
+LlamaParams::LlamaParams(const ParamTable& t, const StageRange& range, const ModelConfig& config)
+    : embed(t.try_find("model.embed_tokens.weight")),
+      norm(t.try_find("model.norm.weight")),
+      lm_head(config.tie_embeddings ? embed : t.try_find("lm_head.weight")),
+      layer_begin(range.layer_begin) {
+  // One GEMM reads q|k|v and one gate|up: they must be adjacent in the buffer.
+  auto adjacent = [](const ParamInfo* a, const ParamInfo* b) {
+    ODY_CHECK(b->offset == a->offset + a->numel && b->unit == a->unit,
+              "parameter table: {} does not follow {}", b->name, a->name);
+  };
+  for (int l = range.layer_begin; l < range.layer_end; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     auto at = [&](const char* name) { return &t.find(p + name); };
     layers.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
                       at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
                       at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
                       at("mlp.gate_proj.weight"), at("mlp.up_proj.weight"), at("mlp.down_proj.weight")});
+    const LlamaLayerParams& lp = layers.back();
+    adjacent(lp.q, lp.k), adjacent(lp.k, lp.v), adjacent(lp.gate, lp.up);
   }
 }
 

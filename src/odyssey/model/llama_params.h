@@ -16,24 +16,29 @@
 
 #include "odyssey/model/config.h"
 #include "odyssey/model/params.h"
+#include "odyssey/model/stage.h"
 
 namespace odyssey {
 
 // Llama's shape rules beyond the common ones (model/config.h), naming the key.
 void validate_llama(const ModelConfig& config);
 ParamTable llama_param_table(const ModelConfig& config);
+// The table of a pipeline stage holding layers `range` (resolved), as gpt2_stage_table: a last stage
+// without the embeddings holds its own copy of the embedding for a tied head.
+ParamTable llama_stage_table(const ModelConfig& config, const StageRange& range);
 
 struct LlamaLayerParams {
   const ParamInfo *attn_norm, *q, *k, *v, *o, *mlp_norm, *gate, *up, *down;
 };
 
-// The Llama tensors of a table (which must outlive the view); lm_head is embed when tied.
+// The Llama tensors of a (stage's) table, which must outlive the view; absent ones are null. lm_head is
+// the embedding when tied.
 struct LlamaParams {
-  explicit LlamaParams(const ParamTable& table);
+  LlamaParams(const ParamTable& table, const StageRange& range, const ModelConfig& config);
   const ParamInfo *embed, *norm, *lm_head;
-  bool tied;
+  int layer_begin;
   std::vector<LlamaLayerParams> layers;
-  const LlamaLayerParams& layer(int l) const { return layers[size_t(l)]; }
+  const LlamaLayerParams& layer(int l) const { return layers[size_t(l - layer_begin)]; }
 };
 
 }  // namespace odyssey

@@ -1,0 +1,28 @@
+// Hugging Face Llama (LlamaForCausalLM) import and export (tensor-pipeline-parallelism.md §5.1, §5.4).
+//
+// Our parameter names are Hugging Face's ("model.embed_tokens.weight",
+// "model.layers.3.self_attn.q_proj.weight", "model.norm.weight", "lm_head.weight"), every matrix
+// [out, in] as nn.Linear stores it, so tensors map one to one without transposes. RoPE is rotate-half
+// in both. A tied model has no "lm_head.weight" (save_pretrained omits it; import also accepts one
+// equal to the embedding). Import reads model.safetensors or model.safetensors.index.json with its
+// shards, F32/F16/BF16/F64, ignores "rotary_emb.inv_freq" buffers, and refuses by key what we do not
+// compute exactly: biases, another activation, another rope type.
+#pragma once
+
+#include <string>
+
+#include "odyssey/model/config.h"
+
+namespace odyssey {
+
+// config.json for LlamaForCausalLM with this configuration (keys sorted).
+std::string hf_llama_config_json(const ModelConfig& config);
+// Writes out_dir/model.safetensors (F32) and out_dir/config.json, each atomically.
+void export_hf_llama(const ModelConfig& config, const float* params, const std::string& out_dir);
+// Reads dir/config.json; fails naming the file and the key.
+ModelConfig read_hf_llama_config(const std::string& dir);
+// Reads the weights into params (the whole model's table); lists every missing, misshapen or unknown
+// tensor by name; params is untouched when it fails.
+void import_hf_llama(const std::string& dir, const ModelConfig& config, float* params);
+
+}  // namespace odyssey

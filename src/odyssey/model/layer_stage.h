@@ -1,0 +1,82 @@
+// What every architecture's stage shares: the stage's range and parameter table, the flat buffers and
+// where each unit's storage is now, the unit schedule, and the attention op, hooks, observer and
+// memory options it runs with. An architecture's stage (gpt2.h, llama.h) derives from it and adds its
+// embeddings, blocks, head and loss.
+//
+// Units of a stage, numbered from 0 over what it holds: the embeddings (with layer 0), one per layer,
+// the final norm and LM head (with the last layer). The unit schedule of a micro-batch:
+//   forward:  embeddings, each layer, final norm, [tied head: the embeddings' unit again]
+//   backward: [tied head: embeddings' unit], final norm, each layer in reverse, [embeddings]
+// A tied head's backward use of the embeddings' unit starts in loss() and lasts until after the
+// embedding backward; a last stage without the embeddings keeps the tied head's matrix in its final
+// unit, as does an untied head.
+#pragma once
+
+#include <vector>
+
+#include "odyssey/core/buffer.h"
+#include "odyssey/model/stage.h"
+
+namespace odyssey {
+
+class LayerStage : public Stage {
+ public:
+  const ModelConfig& config() const override { return config_; }
+  const StageRange& range() const override { return range_; }
+  const ParamTable& table() const override { return table_; }
+  bool owns_storage() const override { return params_.size() > 0; }
+  float* params() override { return params_.data(); }
+  const float* params() const override { return params_.data(); }
+  float* grads() override { return grads_.data(); }
+  int64_t num_params() const { return table_.total(); }
+  // Zeroes the full gradient buffer (with allocated storage).
+  void zero_grads() { grads_.zero(); }
+
+  void set_unit_storage(int unit, float* params, float* grads) override;
+  float* param(const ParamInfo& t) const override {
+    return unit_params_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
+  }
+  float* grad(const ParamInfo& t) const override {
+    return unit_grads_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
+  }
+
+  void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
+  void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }
+  void set_observer(OpObserver* observer) override { observer_ = observer; }
+  void set_memory(const MemoryOptions& memory) override;
+  const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
+  size_t attention_bytes() const override { return attention_->bytes(); }
+
+ protected:
+  // config is validated and range resolved by the caller; table is the stage's (its units as above).
+  // tied_head: the LM head is the embedding matrix.
+  LayerStage(const ModelConfig& config, const StageRange& range, ParamTable table, bool allocate_storage,
+             bool tied_head);
+  LayerStage(const LayerStage&) = delete;
+  LayerStage& operator=(const LayerStage&) = delete;
+
+  bool has_head() const { return range_.head(config_); }
+  int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
+  int final_unit() const { return table_.num_units() - 1; }
+  int head_unit() const { return tied_head_ && range_.embeddings() ? 0 : final_unit(); }
+  // Layers whose attention keeps saved tensors at once (1 under full checkpointing).
+  int layers_saving_attention() const {
+    return memory_.checkpoint == CheckpointPolicy::full ? 1 : range_.layers();
+  }
+
+  ModelConfig config_;
+  StageRange range_;
+  ParamTable table_;
+  bool tied_head_;
+  FloatBuffer params_, grads_;
+  std::vector<float*> unit_params_, unit_grads_;  // per unit: the storage of its range
+  std::vector<UnitUse> schedule_;
+  LocalAttention local_attention_;
+  AttentionOp* attention_ = &local_attention_;
+  LayerHooks no_hooks_;
+  LayerHooks* hooks_ = &no_hooks_;
+  OpObserver* observer_ = nullptr;
+  MemoryOptions memory_;
+};
+
+}  // namespace odyssey
