@@ -1,8 +1,8 @@
 // Pipeline stages: a model cut into stages over layer ranges, chained through the hidden-state
 // hand-offs (acts.input / output() forward, acts.output_grad / input_grad() backward), computes the
-// whole model's loss and gradients. Everything but the tied embedding is bitwise equal; the tied wte
-// gets its head and embedding gradients in two stages, whose sum differs from the whole model's
-// accumulation only in rounding order.
+// whole model's loss and gradients, for every architecture (GPT-2, Llama tied and untied). Everything
+// but a tied embedding is bitwise equal; a tied embedding gets its head and embedding gradients in
+// two stages, whose sum differs from the whole model's accumulation only in rounding order.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,15 +12,41 @@
 #include <vector>
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/model/gpt2.h"
 
 namespace odyssey {
 namespace {
 
-ModelConfig config() {
+ModelConfig gpt2() {
   ModelConfig c;
   c.n_layer = 4, c.n_head = 3, c.d_model = 24, c.seq_len = 19, c.vocab_size = 53;
   return c;
+}
+
+ModelConfig llama(bool tied) {
+  ModelConfig c = gpt2();
+  c.arch = "llama";
+  c.n_head = 4, c.n_kv_head = 2, c.d_ff = 40, c.tie_embeddings = tied;
+  return c;
+}
+
+std::vector<ModelConfig> configs() {
+  return {gpt2(), llama(false), llama(true)};
+}
+
+std::unique_ptr<Stage> make(const ModelConfig& c, const StageRange& range, bool storage = true) {
+  return architecture(c.arch).make_stage(c, range, storage);
+}
+
+void init(Stage& s, uint64_t seed) {
+  init_parameters(s.params(), s.table(), s.config(), seed);
+  std::fill(s.grads(), s.grads() + s.table().total(), 0.0f);
+}
+
+// The tied embedding (its head and embedding gradients are summed across stages), if any.
+bool tied_embedding(const ModelConfig& c, const std::string& name) {
+  return name == "wte" || (c.tie_embeddings && name == "model.embed_tokens.weight");
 }
 
 // Records the unit uses a stage's hooks see, to compare with its declared schedule.
@@ -40,7 +66,7 @@ struct Batch {
 };
 
 // The whole model's gradient of tensor `name` summed over the stages that hold it.
-std::vector<float> stage_grad(const std::vector<std::unique_ptr<GPT2>>& stages, const ParamInfo& whole) {
+std::vector<float> stage_grad(const std::vector<std::unique_ptr<Stage>>& stages, const ParamInfo& whole) {
   std::vector<float> sum(size_t(whole.numel), 0.0f);
   for (const auto& s : stages)
     if (const ParamInfo* p = s->table().try_find(whole.name))
@@ -48,26 +74,26 @@ std::vector<float> stage_grad(const std::vector<std::unique_ptr<GPT2>>& stages, 
   return sum;
 }
 
-void check_split(const std::vector<StageRange>& ranges, const MemoryOptions& memory) {
-  const ModelConfig c = config();
+void check_split(const ModelConfig& c, const std::vector<StageRange>& ranges, const MemoryOptions& memory) {
+  SCOPED_TRACE(c.arch + (c.tie_embeddings ? " tied" : ""));
   const Batch b;
   const float dloss = 1.0f / 33;
-  GPT2 whole(c);
-  init_parameters(whole.params(), whole.table(), c, 5);
+  const std::unique_ptr<Stage> whole_stage = make(c, {});
+  Stage& whole = *whole_stage;
+  init(whole, 5);
   whole.set_memory(memory);
-  whole.zero_grads();
   int64_t n_whole = 0;
   const double loss_whole =
       whole.forward_backward(b.inputs.data(), b.targets.data(), nullptr, b.B, b.T, dloss, &n_whole);
 
-  std::vector<std::unique_ptr<GPT2>> stages;
+  std::vector<std::unique_ptr<Stage>> stages;
   std::vector<std::unique_ptr<StageActivations>> acts;
   std::vector<RecordingHooks> hooks(ranges.size());
   for (size_t s = 0; s < ranges.size(); ++s) {
-    stages.push_back(std::make_unique<GPT2>(c, true, ranges[s]));
-    GPT2& st = *stages.back();
+    stages.push_back(make(c, ranges[s]));
+    Stage& st = *stages.back();
     // A stage's table initialises to the whole model's values (init streams keyed by the whole index).
-    init_parameters(st.params(), st.table(), c, 5);
+    init(st, 5);
     for (const ParamInfo& p : st.table().tensors()) {
       const ParamInfo& w = whole.table().find(p.name);
       ASSERT_EQ(p.shape, w.shape) << p.name;
@@ -75,7 +101,6 @@ void check_split(const std::vector<StageRange>& ranges, const MemoryOptions& mem
         ASSERT_EQ(st.param(p)[i], whole.param(w)[i]) << p.name << " " << i;
     }
     st.set_memory(memory);
-    st.zero_grads();
     st.set_hooks(&hooks[s]);
     acts.push_back(st.make_activations());
   }
@@ -97,28 +122,33 @@ void check_split(const std::vector<StageRange>& ranges, const MemoryOptions& mem
   for (const ParamInfo& w : whole.table().tensors()) {
     const std::vector<float> got = stage_grad(stages, w);
     const float* want = whole.grad(w);
-    if (w.name != "wte") {
+    if (!tied_embedding(c, w.name)) {
       for (int64_t i = 0; i < w.numel; ++i) ASSERT_EQ(got[size_t(i)], want[i]) << w.name << " " << i;
       continue;
     }
     double max_abs = 0;
     for (int64_t i = 0; i < w.numel; ++i) max_abs = std::max(max_abs, double(std::abs(want[i])));
-    for (int64_t i = 0; i < w.numel; ++i) ASSERT_NEAR(got[size_t(i)], want[i], 1e-6 * max_abs) << "wte " << i;
+    for (int64_t i = 0; i < w.numel; ++i)
+      ASSERT_NEAR(got[size_t(i)], want[i], 1e-6 * max_abs) << w.name << " " << i;
   }
 }
 
 TEST(Stages, TwoStagesComputeTheWholeModel) {
-  check_split({{0, 1}, {1, 4}}, {});
-  check_split({{0, 3}, {3, 4}}, {CheckpointPolicy::none, 5});
+  for (const ModelConfig& c : configs()) {
+    check_split(c, {{0, 1}, {1, 4}}, {});
+    check_split(c, {{0, 3}, {3, 4}}, {CheckpointPolicy::none, 5});
+  }
 }
 
 TEST(Stages, FourStagesWithCheckpointing) {
-  check_split({{0, 1}, {1, 2}, {2, 3}, {3, 4}}, {CheckpointPolicy::full, 0});
-  check_split({{0, 2}, {2, 3}, {3, 4}}, {CheckpointPolicy::full, 7});
+  for (const ModelConfig& c : configs()) {
+    check_split(c, {{0, 1}, {1, 2}, {2, 3}, {3, 4}}, {CheckpointPolicy::full, 0});
+    check_split(c, {{0, 2}, {2, 3}, {3, 4}}, {CheckpointPolicy::full, 7});
+  }
 }
 
 TEST(Stages, TablesHoldTheirUnits) {
-  const ModelConfig c = config();
+  const ModelConfig c = gpt2();
   const GPT2 first(c, false, {0, 2}), middle(c, false, {2, 3}), last(c, false, {3, -1});
   EXPECT_EQ(first.table().num_units(), 3);   // embeddings, 2 layers
   EXPECT_EQ(middle.table().num_units(), 1);  // 1 layer
@@ -138,7 +168,7 @@ TEST(Stages, TablesHoldTheirUnits) {
 }
 
 TEST(Stages, MisuseIsNamed) {
-  const ModelConfig c = config();
+  const ModelConfig c = gpt2();
   EXPECT_THROW(GPT2(c, false, {2, 2}), Error);
   EXPECT_THROW(GPT2(c, false, {0, 5}), Error);
   EXPECT_THROW(GPT2(c, false, {-1, 2}), Error);

@@ -1,6 +1,7 @@
 #include "odyssey/checkpoint/hf_adapter.h"
 
 #include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/checkpoint/hf_llama.h"
 #include "odyssey/core/error.h"
 
 namespace odyssey {
@@ -9,6 +10,7 @@ namespace {
 
 const HfAdapter kAdapters[] = {
     {"gpt2", "hf-gpt2", read_hf_gpt2_config, import_hf_gpt2, export_hf_gpt2},
+    {"llama", "hf-llama", read_hf_llama_config, import_hf_llama, export_hf_llama},
 };
 
 }  // namespace

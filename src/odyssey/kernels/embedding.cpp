@@ -15,8 +15,12 @@ void embedding_forward(float* out, const int* tokens, const int* positions, cons
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* te = wte + static_cast<size_t>(tokens[n]) * C;
-    const float* pe = wpe + static_cast<size_t>(positions[n]) * C;
     float* y = out + static_cast<size_t>(n) * C;
+    if (!wpe) {
+      std::copy(te, te + C, y);
+      continue;
+    }
+    const float* pe = wpe + static_cast<size_t>(positions[n]) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) y[c] = te[c] + pe[c];
   }
@@ -36,12 +40,12 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
     for (int n = 0; n < N && c0 < c1; ++n) {
       const float* dy = dout + static_cast<size_t>(n) * C;
       float* te = dwte + static_cast<size_t>(tokens[n]) * C;
+#pragma omp simd
+      for (int c = c0; c < c1; ++c) te[c] += dy[c];
+      if (!dwpe) continue;
       float* pe = dwpe + static_cast<size_t>(positions[n]) * C;
 #pragma omp simd
-      for (int c = c0; c < c1; ++c) {
-        te[c] += dy[c];
-        pe[c] += dy[c];
-      }
+      for (int c = c0; c < c1; ++c) pe[c] += dy[c];
     }
   }
 }

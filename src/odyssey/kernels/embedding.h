@@ -1,5 +1,6 @@
-// Token + position embedding (GPT-2's wte + wpe). Positions are explicit per token, so a sequence
-// shard (contiguous or zigzag) embeds with its global positions.
+// Token + position embedding (GPT-2's wte + wpe), or the token embedding alone (wpe null: Llama,
+// whose positions enter through RoPE). Positions are explicit per token, so a sequence shard
+// (contiguous or zigzag) embeds with its global positions.
 #pragma once
 
 namespace odyssey {
@@ -8,7 +9,7 @@ namespace odyssey {
 void embedding_forward(float* out, const int* tokens, const int* positions, const float* wte,
                        const float* wpe, int N, int C);
 
-// Accumulates dwte [V, C] and dwpe [maxT, C] from dout [N, C]. Deterministic (no atomics).
+// Accumulates dwte [V, C] and dwpe [maxT, C] (unless null) from dout [N, C]. Deterministic (no atomics).
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, const int* positions,
                         int N, int C);
 

@@ -3,6 +3,8 @@
 #include "odyssey/core/error.h"
 #include "odyssey/model/gpt2.h"
 #include "odyssey/model/gpt2_params.h"
+#include "odyssey/model/llama.h"
+#include "odyssey/model/llama_params.h"
 
 namespace odyssey {
 
@@ -12,8 +14,14 @@ std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, const StageRange& ra
   return std::make_unique<GPT2>(config, allocate_storage, range);
 }
 
+std::unique_ptr<Stage> make_llama(const ModelConfig& config, const StageRange& range, bool allocate_storage) {
+  return std::make_unique<Llama>(config, allocate_storage, range);
+}
+
 const Architecture kArchitectures[] = {
     {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token},
+    {"llama", validate_llama, llama_param_table, make_llama, init_parameter_range,
+     llama_training_flops_per_token},
 };
 
 }  // namespace

@@ -192,13 +192,20 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   } catch (const toml::parse_error& e) {
     fail("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description());
   }
+  // Keys of a section, and of its sub-tables ([model.rope_scaling] holds model.rope_scaling.*).
+  auto read_table = [&](auto& self, const toml::table& table, const std::string& prefix) -> void {
+    for (auto& [key, value] : table) {
+      const std::string name = prefix + "." + std::string(key.str());
+      if (value.is_table() && !keys().count(name))
+        self(self, *value.as_table(), name);
+      else
+        find_key(name, source).from_toml(config, value, name);
+    }
+  };
   for (auto& [section, node] : root) {
     std::string sname(section.str());
     ODY_CHECK(node.is_table(), "{}: '{}' must be a section like [{}], not a value", source, sname, sname);
-    for (auto& [key, value] : *node.as_table()) {
-      std::string name = sname + "." + std::string(key.str());
-      find_key(name, source).from_toml(config, value, name);
-    }
+    read_table(read_table, *node.as_table(), sname);
   }
   for (const std::string& o : overrides) {
     auto eq = o.find('=');
@@ -275,10 +282,12 @@ void RunConfig::validate(int world_size) const {
     // The sequence split and the head split must work for this model, before any work starts.
     try {
       check_sequence_shard(seq_len(), {p.sp_ulysses, p.sp_ring, 0, 0, p.sp_ring_layout});
-      UlyssesHeads(model.n_head, model.n_head, p.sp_ulysses);
+      UlyssesHeads(model.n_head, model.kv_heads(), p.sp_ulysses);
     } catch (const Error& e) {
-      fail("parallel.sp_ulysses ({}) x parallel.sp_ring ({}) with train.seq_len {} and model.n_head {}: {}",
-           p.sp_ulysses, p.sp_ring, seq_len(), model.n_head, e.what());
+      fail(
+          "parallel.sp_ulysses ({}) x parallel.sp_ring ({}) with train.seq_len {}, model.n_head {} and "
+          "model.n_kv_head {}: {}",
+          p.sp_ulysses, p.sp_ring, seq_len(), model.n_head, model.kv_heads(), e.what());
     }
   }
   ODY_CHECK(p.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0, got {}", p.ranks_per_node);

@@ -128,6 +128,7 @@ struct Run {
     if (grid.sp().size() > 1) {
       SpAttentionOptions so;
       so.layout = c.parallel.sp_ring_layout;
+      so.n_kv_head = c.model.kv_heads();
       sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
       model->set_attention(sp_attention.get());
       shard = sp_attention->shard();

@@ -1,0 +1,277 @@
+#include "odyssey/model/llama.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "odyssey/core/error.h"
+#include "odyssey/kernels/embedding.h"
+#include "odyssey/kernels/rmsnorm.h"
+#include "odyssey/kernels/rope.h"
+#include "odyssey/model/lm_head.h"
+
+namespace odyssey {
+
+// --- activations ---------------------------------------------------------------------------------
+
+namespace {
+
+int head_rows(int N, int head_chunk_tokens) {
+  return head_chunk_tokens > 0 ? std::min(N, head_chunk_tokens) : N;
+}
+
+// The configuration is checked before anything is sized from it.
+ParamTable checked_table(const ModelConfig& c, const StageRange& range) {
+  c.validate();
+  return llama_stage_table(c, range.resolved(c));
+}
+
+RopeScalingParams rope_scaling(const ModelConfig& c) {
+  RopeScalingParams p;
+  p.llama3 = c.rope_scaling.enabled();
+  p.factor = c.rope_scaling.factor;
+  p.low_freq_factor = c.rope_scaling.low_freq_factor;
+  p.high_freq_factor = c.rope_scaling.high_freq_factor;
+  p.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  return p;
+}
+
+}  // namespace
+
+void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
+                                bool shared_qkv_, const MemoryOptions& memory) {
+  const bool head = range_.head(c);
+  const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
+  const bool recompute_ = memory.checkpoint == CheckpointPolicy::full;
+  work_layer = -1;
+  if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
+      recompute == recompute_)
+    return;
+  B = B_, T = T_, range = range_, shared_qkv = shared_qkv_, head_chunk = chunk, recompute = recompute_;
+  const size_t N = size_t(B) * T, C = c.d_model, half = size_t(c.head_dim()) / 2;
+  layers.clear();
+  layers.resize(size_t(range.layers()));
+  for (LlamaLayerActs& l : layers) {
+    if (recompute)
+      l.residual3.resize(N * C);
+    else
+      l.allocate(c, B, T, !shared_qkv);
+  }
+  work = LlamaLayerActs();
+  if (recompute) work.allocate(c, B, T, !shared_qkv);
+  scratch.allocate(c, B, T, shared_qkv, true);
+  rope_cos.resize(N * half);
+  rope_sin.resize(N * half);
+  encoded.resize(range.embeddings() ? N * C : 0);
+  fn.resize(head ? N * C : 0);
+  fn_rstd.resize(head ? N : 0);
+  logits.resize(size_t(head_chunk) * size_t(c.vocab_size));
+  losses.resize(head ? N : 0);
+  tokens.resize(N);
+  targets.resize(N);
+  positions.resize(N);
+  dres.resize(N * C);
+}
+
+size_t LlamaActivations::bytes() const {
+  size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn.bytes() + fn_rstd.bytes() +
+                 logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
+                 dres.bytes() + scratch.bytes() + work.bytes();
+  for (const LlamaLayerActs& l : layers) total += l.bytes();
+  return total;
+}
+
+size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
+                                   bool shared_qkv, const MemoryOptions& memory) {
+  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()), half = size_t(c.head_dim()) / 2;
+  const bool head = range.head(c);
+  // rope tables [N, D/2] x 2; encoded (embeddings), fn (head) and dres [N, C]; with the head fn_rstd
+  // and losses [N] and logits [chunk, V].
+  const size_t floats =
+      2 * N * half + N * C * (1 + range.embeddings() + head) +
+      (head ? 2 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
+  const size_t layers = memory.checkpoint == CheckpointPolicy::full
+                            ? L * N * C * sizeof(float) + LlamaLayerActs::bytes_for(c, B, T, !shared_qkv)
+                            : L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv);
+  return layers + LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
+         3 * N * sizeof(int32_t);
+}
+
+// --- the model -----------------------------------------------------------------------------------
+
+Llama::Llama(const ModelConfig& config, bool allocate_storage, const StageRange& range)
+    : LayerStage(config, range.resolved(config), checked_table(config, range), allocate_storage,
+                 config.tie_embeddings),
+      names_(table_, range_, config_),
+      inv_freq_(rope_inv_freq(config_.head_dim(), config_.rope_theta, rope_scaling(config_))) {}
+
+std::unique_ptr<StageActivations> Llama::make_activations() const {
+  return std::make_unique<LlamaActivations>();
+}
+
+const float* Llama::logits(const StageActivations& acts) const {
+  const LlamaActivations& a = static_cast<const LlamaActivations&>(acts);
+  return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+}
+
+void Llama::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
+                    int B, int T) {
+  const ModelConfig& c = config_;
+  ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
+  ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
+  ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
+  LlamaActivations& a = static_cast<LlamaActivations&>(acts);
+  const bool emb = range_.embeddings();
+  ODY_CHECK(emb || a.input,
+            "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
+            range_.layer_begin, range_.layer_end);
+  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_);
+  a.head_backward_done = false;
+  const int N = B * T, C = c.d_model, V = c.vocab_size;
+  for (int i = 0; i < N; ++i) {
+    const int token = emb ? inputs[i] : 0;
+    ODY_CHECK(token >= 0 && token < V, "token id {} at row {}, position {} is outside the vocabulary [0, {})",
+              token, i / T, i % T, V);
+    const int pos = positions ? positions[i % T] : i % T;
+    ODY_CHECK(pos >= 0 && pos < c.seq_len, "position {} outside the model's context {}", pos, c.seq_len);
+    a.tokens[size_t(i)] = token;
+    a.positions[size_t(i)] = pos;
+    a.targets[size_t(i)] = targets ? targets[i] : -1;
+  }
+  auto w = [this](const ParamInfo& t) { return param(t); };
+  OpObserver* o = observer_;
+  observed(o, "rope.tables", 0, [&] {
+    rope_tables(a.rope_cos.data(), a.rope_sin.data(), a.positions.data(), N, inv_freq_.data(), c.head_dim());
+  });
+  const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
+  const LlamaShape shape = LlamaShape::of(c, B, T);
+  if (emb) {
+    hooks_->before_forward(0);
+    observed(o, "embedding.fwd", 0, [&] {
+      embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.embed), nullptr, N,
+                        C);
+    });
+    hooks_->after_forward(0);
+  }
+  const float* input = emb ? a.encoded.data() : a.input;
+  for (int l = range_.layer_begin; l < range_.layer_end; ++l) {
+    const size_t i = size_t(l - range_.layer_begin);
+    hooks_->before_forward(layer_unit(l));
+    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
+    LlamaLayerActs& la = a.recompute ? a.work : a.layers[i];
+    llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch, shape, rope,
+                        o);
+    if (a.recompute) {  // keep only the output, the next layer's input
+      observed(o, "memcpy.checkpoint", 0, [&] {
+        std::copy(la.residual3.data(), la.residual3.data() + size_t(N) * C, a.layers[i].residual3.data());
+      });
+      a.work_layer = l;
+    }
+    hooks_->after_forward(layer_unit(l));
+  }
+  if (!has_head()) return;
+  hooks_->before_forward(final_unit());
+  observed(o, "rmsnorm.fwd", 0, [&] {
+    rmsnorm_forward(a.fn.data(), a.fn_rstd.data(), a.layers.back().residual3.data(), w(*names_.norm), N, C,
+                    float(c.rms_norm_eps));
+  });
+  hooks_->after_forward(final_unit());
+  // The LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
+  if (head_unit() != final_unit()) {
+    hooks_->before_forward(head_unit());
+    hooks_->after_forward(head_unit());
+  }
+}
+
+double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
+  ODY_CHECK(has_head(), "loss: the stage of layers [{}, {}) has no LM head", range_.layer_begin,
+            range_.layer_end);
+  LlamaActivations& a = static_cast<LlamaActivations&>(acts);
+  const int N = a.B * a.T, C = config_.d_model, V = config_.vocab_size;
+  auto w = [this](const ParamInfo& t) { return param(t); };
+  auto d = [this](const ParamInfo& t) { return grad(t); };
+  OpObserver* o = observer_;
+  float* dfn = a.scratch.dnorm.data();  // d(fn) [N, C]
+  const bool train = dloss > 0;
+  if (train) {
+    hooks_->before_backward(head_unit());  // the head's gradient accumulates chunk by chunk from here
+    observed(o, "memset.act_grads", 0, [&] { std::fill(dfn, dfn + size_t(N) * C, 0.0f); });
+  }
+  LmHeadArgs head;
+  head.x = a.fn.data();
+  head.w = w(*names_.lm_head);
+  head.targets = a.targets.data();
+  head.losses = a.losses.data();
+  head.block = a.logits.data();
+  head.dx = dfn;
+  head.dw = train ? d(*names_.lm_head) : nullptr;
+  head.N = N, head.C = C, head.V = V, head.chunk = a.head_chunk;
+  head.dloss = dloss;
+  lm_head_loss(head, o);
+  a.head_backward_done = train;
+  double sum = 0;
+  int64_t n = 0;
+  for (int i = 0; i < N; ++i)
+    if (a.targets[size_t(i)] >= 0) sum += a.losses[size_t(i)], ++n;
+  if (count) *count = n;
+  return sum;
+}
+
+void Llama::backward(StageActivations& acts) {
+  const ModelConfig& c = config_;
+  LlamaActivations& a = static_cast<LlamaActivations&>(acts);
+  const int N = a.B * a.T, C = c.d_model;
+  auto w = [this](const ParamInfo& t) { return param(t); };
+  auto d = [this](const ParamInfo& t) { return grad(t); };
+  OpObserver* o = observer_;
+  const bool emb = range_.embeddings();
+  const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
+  const LlamaShape shape = LlamaShape::of(c, a.B, a.T);
+
+  if (has_head()) {
+    ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
+    a.head_backward_done = false;
+    const float* dfn = a.scratch.dnorm.data();  // from loss()
+    if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
+    observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
+    observed(o, "rmsnorm.bwd", 0, [&] {
+      rmsnorm_backward(a.dres.data(), d(*names_.norm), dfn, a.layers.back().residual3.data(), w(*names_.norm),
+                       a.fn_rstd.data(), N, C);
+    });
+    hooks_->after_backward(final_unit());
+  } else {
+    ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",
+              range_.layer_begin, range_.layer_end);
+    std::copy(a.output_grad, a.output_grad + size_t(N) * C, a.dres.data());
+  }
+  const float* input = emb ? a.encoded.data() : a.input;
+  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l) {
+    const size_t i = size_t(l - range_.layer_begin);
+    hooks_->before_backward(layer_unit(l));
+    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
+    LlamaLayerActs& la = a.recompute ? a.work : a.layers[i];
+    if (a.recompute && a.work_layer != l) {
+      // Recompute the layer from its input with the forward's own calls (same shapes: same bits).
+      llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch, shape, rope,
+                          o);
+      a.work_layer = l;
+    }
+    llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
+                         resolve_llama_layer(names_.layer(l), d), *attention_, a.scratch, shape, rope, o);
+    hooks_->after_backward(layer_unit(l));
+  }
+  if (!emb) return;                                                   // a.dres holds d(input)
+  if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
+  observed(o, "embedding.bwd", 0, [&] {
+    embedding_backward(d(*names_.embed), nullptr, a.dres.data(), a.tokens.data(), a.positions.data(), N, C);
+  });
+  hooks_->after_backward(0);
+}
+
+double llama_training_flops_per_token(const ModelConfig& c, int T) {
+  const double C = c.d_model, L = c.n_layer, V = c.vocab_size, HD = double(c.n_head) * c.head_dim(),
+               KD = double(c.kv_heads()) * c.head_dim(), F = c.ffn_dim();
+  const double matmul_params = L * (C * (HD + 2 * KD) + HD * C + 3 * C * F) + V * C;
+  return 6.0 * matmul_params + 6.0 * L * HD * T;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,79 @@
+// Llama, exactly as Hugging Face's LlamaForCausalLM (tensor-pipeline-parallelism.md §5): token
+// embedding, RMSNorm, rotate-half RoPE (optionally with Llama-3 frequency scaling) at each token's
+// global position, grouped-query attention, SwiGLU, no biases, a tied or untied LM head. A Llama is one
+// stage (model/stage.h, model/layer_stage.h): the whole model or a range of its layers. The layers
+// are model/llama_block.h; this class adds the embedding, the RoPE tables, the final norm, the head
+// and the loss (the fused chunked head of model/lm_head.h), over activations the caller owns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "odyssey/core/buffer.h"
+#include "odyssey/model/layer_stage.h"
+#include "odyssey/model/llama_block.h"
+#include "odyssey/model/llama_params.h"
+
+namespace odyssey {
+
+// Activations of one micro-batch of B rows x T tokens (N = B*T), kept for backward.
+struct LlamaActivations : StageActivations {
+  int B = 0, T = 0;
+  StageRange range;
+  bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  IntBuffer tokens, targets, positions;  // [N]
+  FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
+  FloatBuffer encoded;                   // [N, C] the token embeddings (with the embeddings)
+  std::vector<LlamaLayerActs> layers;    // per layer; under full checkpointing only residual3
+  LlamaLayerActs work;                   // full checkpointing: the one layer being run or recomputed
+  int work_layer = -1;
+  bool recompute = false;
+  FloatBuffer fn, fn_rstd;  // [N, C], [N] the final RMSNorm (with the head)
+  FloatBuffer logits;       // [chunk, V]
+  int head_chunk = 0;
+  bool head_backward_done = false;
+  FloatBuffer losses;  // [N]
+  FloatBuffer dres;    // [N, C]
+  LlamaBlockScratch scratch;
+
+  void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
+                const MemoryOptions& memory);
+  size_t bytes() const override;
+  static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
+                          const MemoryOptions& memory);
+  const float* output() const override { return layers.back().residual3.data(); }
+  const float* input_grad() const override { return dres.data(); }
+};
+
+class Llama : public LayerStage {
+ public:
+  explicit Llama(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {});
+
+  const LlamaParams& names() const { return names_; }
+
+  std::unique_ptr<StageActivations> make_activations() const override;
+  void forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
+               int T) override;
+  double loss(StageActivations& acts, float dloss, int64_t* count) override;
+  void backward(StageActivations& acts) override;
+  const float* logits(const StageActivations& acts) const override;
+  using Stage::forward;
+  using Stage::logits;
+
+  size_t activation_bytes_for(int B, int T) const override {
+    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
+           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), layers_saving_attention());
+  }
+
+ private:
+  LlamaParams names_;            // views into table_
+  std::vector<float> inv_freq_;  // [D/2] RoPE inverse frequencies (Llama-3 scaled when configured)
+};
+
+// Model FLOPs per token of a training step at sequence length T: 6 x (parameters in matmuls: q, k, v,
+// o, gate, up, down per layer and the LM head) + 6 n_layer H D T for causal attention (QK^T and PV
+// over the causal half). Used for MFU.
+double llama_training_flops_per_token(const ModelConfig& config, int T);
+
+}  // namespace odyssey

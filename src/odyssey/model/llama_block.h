@@ -1,0 +1,88 @@
+// The Llama transformer block, written once (tensor-pipeline-parallelism.md §5.2, §5.3): training
+// (the Llama stage), evaluation and the profile run these two functions.
+//
+//   x -> rmsnorm -> qkv (one GEMM: q, k, v adjacent) -> RoPE on q, k -> attention (GQA)
+//     -> o_proj (+x) = residual2 -> rmsnorm -> gate|up (one GEMM) -> SwiGLU -> down_proj (+residual2)
+//     = residual3
+//
+// Activations live in a LlamaLayerActs the caller owns (one per layer per micro-batch in flight);
+// forward overwrites all of it, so a layer can be run again to recompute what it dropped. The qkv
+// kept for backward is the rotated one (what attention read); RoPE's backward rotates dq, dk back.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "odyssey/core/buffer.h"
+#include "odyssey/model/attention_op.h"
+#include "odyssey/model/config.h"
+#include "odyssey/model/llama_params.h"
+#include "odyssey/model/op_observer.h"
+
+namespace odyssey {
+
+// The sizes a Llama block call runs at: H query and Hkv key/value heads of D dims, MLP width F.
+struct LlamaShape {
+  int B, T, C, H, Hkv, D, F;
+  float eps;
+  int N() const { return B * T; }
+  int qkv_width() const { return (H + 2 * Hkv) * D; }
+  static LlamaShape of(const ModelConfig& c, int B, int T) {
+    return {B, T, c.d_model, c.n_head, c.kv_heads(), c.head_dim(), c.ffn_dim(), float(c.rms_norm_eps)};
+  }
+};
+
+// RoPE's cos and sin [N, D/2] of a micro-batch's tokens (computed once, shared by the layers).
+struct RopeTables {
+  const float* cos;
+  const float* sin;
+};
+
+// One layer's activations for B rows of T tokens (N = B*T).
+struct LlamaLayerActs {
+  FloatBuffer an, an_rstd;      // [N, C], [N]  rmsnorm(x)
+  FloatBuffer qkv;              // [N, (H + 2 Hkv) D] after RoPE; empty when the attention op saves its own
+  FloatBuffer atty, lse;        // [N, H D], [B, H, T]
+  FloatBuffer residual2;        // [N, C]  x + attention
+  FloatBuffer bn, bn_rstd;      // [N, C], [N]  rmsnorm(residual2)
+  FloatBuffer gate_up;          // [N, 2F]
+  FloatBuffer h;                // [N, F]  silu(gate) * up
+  FloatBuffer residual3;        // [N, C]  block output
+  AttentionSavedPtr attention;  // what the attention op saved for backward (opaque)
+
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv);
+  size_t bytes() const;
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv);
+};
+
+// Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's
+// activation gradients.
+struct LlamaBlockScratch {
+  FloatBuffer qkv;                 // [N, (H + 2 Hkv) D] only when layers keep no qkv
+  FloatBuffer dnorm, datty, dqkv;  // [N, C], [N, H D], [N, (H + 2 Hkv) D]
+  FloatBuffer dh, dgate_up;        // [N, F], [N, 2F]
+
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  size_t bytes() const;
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+};
+
+// Where one layer's tensors are now (parameters or gradients); q|k|v and gate|up are adjacent in the
+// table, so qkv_w is the [(H + 2 Hkv) D, C] matrix starting at q and gate_up_w the [2F, C] one at gate.
+struct LlamaLayerTensors {
+  float *attn_norm, *qkv_w, *o_w, *mlp_norm, *gate_up_w, *down_w;
+};
+LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& layer,
+                                      const std::function<float*(const ParamInfo&)>& at);
+
+// a = block(x); x [N, C] is not modified.
+void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
+                         AttentionOp& attention, LlamaBlockScratch& scratch, const LlamaShape& s,
+                         const RopeTables& rope, OpObserver* observer = nullptr);
+
+// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
+void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
+                          const LlamaLayerTensors& g, AttentionOp& attention, LlamaBlockScratch& scratch,
+                          const LlamaShape& s, const RopeTables& rope, OpObserver* observer = nullptr);
+
+}  // namespace odyssey
