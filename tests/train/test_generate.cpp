@@ -1,8 +1,9 @@
-// Generation: the KV-cache engine against recomputing the whole window with GPT2::forward, the
-// context-full slide, and the sampler (temperature, top-k, top-p).
+// Generation: the KV-cache engine against recomputing the whole window with the stage's forward, the
+// context-full slide, and the sampler (temperature, top-k, top-p). The cache tests run for GPT-2 and
+// for Llama (GQA 4 heads over 2, Llama-3 RoPE scaling: the cache keeps rotated keys at their positions).
 //
-// Model: random weights on an odd-sized GPT-2 (2 layers, 5 heads of 8, context 37, vocab 67). Every
-// tensor, biases included, is drawn normal(0, 0.25) (LayerNorm weights 1 + normal(0, 0.1)), so that
+// Model: random weights on an odd-sized model (2 layers, heads of 8, context 37, vocab 67). Every
+// tensor, biases included, is drawn normal(0, 0.25) (norm weights 1 + normal(0, 0.1)), so that
 // the logits are far from flat (greedy choices are not near-ties) and the cached k/v biases matter.
 // Logit tolerance: max|kv - ref| / max|ref| <= 1e-5 (fp32, same kernels, different GEMM shapes).
 //
@@ -16,7 +17,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/rng.h"
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/model/kv_cache.h"
 #include "odyssey/train/generate.h"
 
@@ -26,18 +27,24 @@ namespace {
 
 constexpr double kLogitTol = 1e-5;
 
-ModelConfig tiny_config() {
+ModelConfig tiny_config(const std::string& arch) {
   ModelConfig c;
+  c.arch = arch;
   c.n_layer = 2;
   c.n_head = 5;
   c.d_model = 40;
   c.seq_len = 37;
   c.vocab_size = 67;
+  if (arch == "llama") {
+    c.n_head = 4, c.n_kv_head = 2, c.head_size = 8, c.d_ff = 56;
+    c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+  }
   return c;
 }
 
-std::unique_ptr<GPT2> random_model(uint64_t seed) {
-  auto model = std::make_unique<GPT2>(tiny_config());
+std::unique_ptr<Stage> random_model(uint64_t seed, const std::string& arch = "gpt2") {
+  const ModelConfig c = tiny_config(arch);
+  auto model = architecture(arch).make_stage(c, StageRange{}, true);
   const auto& tensors = model->table().tensors();
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ParamInfo& p = tensors[t];
@@ -64,7 +71,7 @@ double rel_error(const float* a, const float* b, int n) {
 }
 
 // Logits [V] of the last token of `window` (positions 0..T-1) by a full forward.
-std::vector<float> forward_last(GPT2& model, const std::vector<int>& window) {
+std::vector<float> forward_last(Stage& model, const std::vector<int>& window) {
   const int T = int(window.size()), V = model.config().vocab_size;
   model.forward(window.data(), nullptr, nullptr, 1, T, nullptr);
   const float* last = model.logits() + size_t(T - 1) * V;
@@ -82,11 +89,15 @@ double top2_gap(const float* x, int n) {
   return double(v[0]) - double(v[1]);
 }
 
+// The KV-cache tests run once per architecture.
+class KVCache : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Arch, KVCache, ::testing::Values("gpt2", "llama"));
+
 }  // namespace
 
 // (b) One batched prefill gives the last-position logits of forward() over the same tokens.
-TEST(KVCache, PrefillMatchesForward) {
-  auto model = random_model(11);
+TEST_P(KVCache, PrefillMatchesForward) {
+  auto model = random_model(11, GetParam());
   const int V = model->config().vocab_size, ctx = model->config().seq_len;
   KVCacheEngine engine(*model);
   for (int n : {1, 5, 13, ctx}) {
@@ -106,8 +117,8 @@ TEST(KVCache, PrefillMatchesForward) {
 
 // (a) Greedy decoding token by token with the cache equals recomputing the whole prefix, logits
 // within 1e-5 at every step; generate_tokens gives the same tokens on both paths.
-TEST(KVCache, GreedyMatchesRecompute) {
-  auto model = random_model(3);
+TEST_P(KVCache, GreedyMatchesRecompute) {
+  auto model = random_model(3, GetParam());
   const int V = model->config().vocab_size;
   const auto prompt = random_tokens(5, V, 5);
   KVCacheEngine engine(*model);
@@ -149,8 +160,8 @@ TEST(KVCache, GreedyMatchesRecompute) {
 }
 
 // Sampling with temperature, top-k and top-p draws the same tokens on both paths (same seed).
-TEST(KVCache, SampledMatchesRecompute) {
-  auto model = random_model(4);
+TEST_P(KVCache, SampledMatchesRecompute) {
+  auto model = random_model(4, GetParam());
   const auto prompt = random_tokens(6, model->config().vocab_size, 6);
   SamplingOptions o;
   o.max_tokens = 30;
@@ -167,8 +178,8 @@ TEST(KVCache, SampledMatchesRecompute) {
 
 // (d) Context full: appending to a full cache slides to the last ctx/2 tokens plus the new one,
 // re-prefilled from position 0.
-TEST(KVCache, ContextFullSlides) {
-  auto model = random_model(5);
+TEST_P(KVCache, ContextFullSlides) {
+  auto model = random_model(5, GetParam());
   const int V = model->config().vocab_size, ctx = model->config().seq_len, keep = ctx / 2;
   KVCacheEngine engine(*model);
   auto seq = random_tokens(ctx, V, 17);
@@ -201,8 +212,8 @@ TEST(KVCache, ContextFullSlides) {
   EXPECT_EQ(st_re.slides, 3);
 }
 
-TEST(KVCache, BadInput) {
-  auto model = random_model(6);
+TEST_P(KVCache, BadInput) {
+  auto model = random_model(6, GetParam());
   KVCacheEngine engine(*model);
   EXPECT_THROW(engine.prefill(std::vector<int>{}), Error);
   EXPECT_THROW(engine.prefill(std::vector<int>{1, 67}), Error);

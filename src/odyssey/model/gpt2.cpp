@@ -6,6 +6,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/embedding.h"
 #include "odyssey/kernels/layernorm.h"
+#include "odyssey/kernels/linear.h"
 #include "odyssey/model/lm_head.h"
 
 namespace odyssey {
@@ -253,6 +254,58 @@ void GPT2::backward(StageActivations& acts) {
                        C);
   });
   hooks_->after_backward(0);
+}
+
+// --- incremental inference ----------------------------------------------------------------------
+
+namespace {
+
+// The whole model forward only, one layer's activations reused by every layer, the head on the last row.
+class Gpt2Decoder : public Decoder {
+ public:
+  Gpt2Decoder(const GPT2& model, int max_tokens) : model_(model) {
+    const ModelConfig& c = model.config();
+    x_.resize(size_t(max_tokens) * c.d_model);
+    acts_.allocate(c, 1, max_tokens, true);
+    ln_.resize(size_t(c.d_model)), mean_.resize(1), rstd_.resize(1);
+    logits_.resize(size_t(c.vocab_size));
+  }
+
+  const float* run(const int* tokens, const int* positions, int T, AttentionOp* const* attention) override {
+    const ModelConfig& c = model_.config();
+    const Gpt2Params& p = model_.names();
+    auto w = [&](const ParamInfo& t) { return model_.param(t); };
+    embedding_forward(x_.data(), tokens, positions, w(*p.wte), w(*p.wpe), T, c.d_model);
+    for (int l = 0; l < c.n_layer; ++l) {
+      gpt2_block_forward(acts_, x_.data(), resolve_layer(p.layer(l), w), *attention[l], scratch_,
+                         {1, T, c.d_model, c.n_head});
+      std::swap(x_, acts_.residual3);  // the block's output is the next layer's input
+    }
+    const float* last = x_.data() + size_t(T - 1) * c.d_model;
+    layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(*p.lnf_w), w(*p.lnf_b), 1, c.d_model);
+    linear_forward(logits_.data(), ln_.data(), w(*p.wte), nullptr, 1, c.d_model, c.vocab_size);
+    return logits_.data();
+  }
+
+  size_t bytes() const override {
+    return x_.bytes() + acts_.bytes() + scratch_.bytes() + ln_.bytes() + mean_.bytes() + rstd_.bytes() +
+           logits_.bytes();
+  }
+
+ private:
+  const GPT2& model_;
+  FloatBuffer x_;             // [max_tokens, C] residual stream (swapped with the block's output)
+  Gpt2LayerActs acts_;        // one layer's activations
+  Gpt2BlockScratch scratch_;  // forward only: empty
+  FloatBuffer ln_, mean_, rstd_, logits_;
+};
+
+}  // namespace
+
+std::unique_ptr<Decoder> GPT2::make_decoder(int max_tokens) const {
+  ODY_CHECK(range_ == StageRange{}.resolved(config_),
+            "incremental inference runs the whole model, not a stage");
+  return std::make_unique<Gpt2Decoder>(*this, max_tokens);
 }
 
 double training_flops_per_token(const ModelConfig& c, int T) {

@@ -6,55 +6,43 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
-#include "odyssey/kernels/embedding.h"
-#include "odyssey/kernels/layernorm.h"
-#include "odyssey/kernels/linear.h"
+#include "odyssey/model/fused_qkv.h"
 
 namespace odyssey {
 
 KVCacheEngine::KVCacheEngine(const Stage& model)
-    : model_(model),
-      names_(model.table(), model.range()),
-      ctx_(model.config().seq_len),
-      C_(model.config().d_model),
-      H_(model.config().n_head),
-      V_(model.config().vocab_size),
-      n_layer_(model.config().n_layer),
-      layers_(size_t(model.config().n_layer)) {
-  ODY_CHECK(model.config().arch == "gpt2", "the KV cache runs the GPT-2 block; model.arch is '{}'",
-            model.config().arch);
-  ODY_CHECK(model.range() == StageRange{}.resolved(model.config()),
+    : ctx_(model.config().seq_len), V_(model.config().vocab_size), layers_(size_t(model.config().n_layer)) {
+  const ModelConfig& c = model.config();
+  ODY_CHECK(model.range() == StageRange{}.resolved(c),
             "the KV cache runs the whole model, not a pipeline stage");
-  const size_t T = size_t(ctx_), C = size_t(C_);
+  const size_t T = size_t(ctx_), KD = size_t(c.kv_heads()) * c.head_dim();
   cached_.resize(T);
   for (CachedAttention& l : layers_) {
-    l.k.resize(T * C);
-    l.v.resize(T * C);
+    l.k.resize(T * KD);
+    l.v.resize(T * KD);
+    l.Hkv = c.kv_heads();
+    attention_.push_back(&l);
   }
   tokens_.resize(T);
   positions_.resize(T);
-  x_.resize(T * C);
-  acts_.allocate(model.config(), 1, ctx_, true);
-  ln_.resize(C);
-  mean_.resize(1);
-  rstd_.resize(1);
-  logits_.resize(size_t(V_));
+  decoder_ = model.make_decoder(ctx_);
 }
 
 void KVCacheEngine::CachedAttention::forward(float* out, float* lse, const float* qkv, int /*B = 1*/, int T,
                                              int H, int D, AttentionSavedPtr& /*saved*/) {
-  const int C = H * D;
-  // Append this chunk's k and v rows (qkv [T, 3C] = q | k | v) to the cache [ctx, C].
+  const FusedQkv f{H, Hkv, D};
+  const int64_t KD = int64_t(Hkv) * D;
+  // Append this chunk's k and v rows (qkv [T, (H + 2 Hkv) D] = q | k | v) to the cache [ctx, Hkv D].
   for (int i = 0; i < T; ++i) {
-    const float* row = qkv + size_t(i) * 3 * C;
-    std::memcpy(k.data() + size_t(start + i) * C, row + C, size_t(C) * sizeof(float));
-    std::memcpy(v.data() + size_t(start + i) * C, row + 2 * C, size_t(C) * sizeof(float));
+    const float* row = qkv + i * f.width();
+    std::memcpy(k.data() + (start + i) * KD, row + f.k_offset(), size_t(KD) * sizeof(float));
+    std::memcpy(v.data() + (start + i) * KD, row + f.v_offset(), size_t(KD) * sizeof(float));
   }
   // Queries at positions start.. against every cached key 0..start+T-1, causal.
   const int Tk = start + T;
-  attention_forward({out, int64_t(T) * C, C}, lse, {qkv, int64_t(T) * 3 * C, 3 * C},
-                    {k.data(), int64_t(Tk) * C, C}, {v.data(), int64_t(Tk) * C, C}, {1, T, Tk, H, H, D},
-                    {MaskKind::causal, start, 0}, 1.0f / std::sqrt(float(D)));
+  attention_forward(heads_view(out, T, H, D), lse, f.q(qkv, T), {k.data(), Tk * KD, KD},
+                    {v.data(), Tk * KD, KD}, {1, T, Tk, H, Hkv, D}, {MaskKind::causal, start, 0},
+                    1.0f / std::sqrt(float(D)));
 }
 
 void KVCacheEngine::CachedAttention::backward(float*, const float*, const float*, const float*, const float*,
@@ -63,8 +51,7 @@ void KVCacheEngine::CachedAttention::backward(float*, const float*, const float*
 }
 
 size_t KVCacheEngine::bytes() const {
-  size_t total = cached_.bytes() + tokens_.bytes() + positions_.bytes() + x_.bytes() + acts_.bytes() +
-                 scratch_.bytes() + ln_.bytes() + mean_.bytes() + rstd_.bytes() + logits_.bytes();
+  size_t total = cached_.bytes() + tokens_.bytes() + positions_.bytes() + decoder_->bytes();
   for (const CachedAttention& l : layers_) total += l.k.bytes() + l.v.bytes();
   return total;
 }
@@ -74,7 +61,7 @@ const float* KVCacheEngine::prefill(const int* tokens, int n) {
   const int T = std::min(n, ctx_);  // a longer prompt keeps its last ctx tokens
   reset();
   run(tokens + (n - T), T);
-  return logits_.data();
+  return logits_;
 }
 
 const float* KVCacheEngine::step(int token) {
@@ -87,10 +74,10 @@ const float* KVCacheEngine::step(int token) {
     ++slides_;
     reset();
     run(cached_.data(), keep + 1);
-    return logits_.data();
+    return logits_;
   }
   run(&token, 1);
-  return logits_.data();
+  return logits_;
 }
 
 void KVCacheEngine::run(const int* tokens, int T) {
@@ -106,21 +93,8 @@ void KVCacheEngine::run(const int* tokens, int T) {
   // tokens may alias cached_ (a slide), so cached_ is written only after the copy above.
   std::memcpy(cached_.data() + start, tokens_.data(), size_t(T) * sizeof(int));
 
-  // Through param(): a unit's storage may have been repointed (ZeRO-3 gathers).
-  auto w = [&](const ParamInfo& t) { return model_.param(t); };
-  const Gpt2Params& table = names_;
-  embedding_forward(x_.data(), tokens_.data(), positions_.data(), w(*table.wte), w(*table.wpe), T, C_);
-  for (int l = 0; l < n_layer_; ++l) {
-    CachedAttention& attention = layers_[size_t(l)];
-    attention.start = start;
-    gpt2_block_forward(acts_, x_.data(), resolve_layer(table.layer(l), w), attention, scratch_,
-                       {1, T, C_, H_});
-    std::swap(x_, acts_.residual3);  // the block's output is the next layer's input
-  }
-  // Only the last position's logits are needed: final LayerNorm and tied LM head on one row.
-  const float* last = x_.data() + size_t(T - 1) * C_;
-  layernorm_forward(ln_.data(), mean_.data(), rstd_.data(), last, w(*table.lnf_w), w(*table.lnf_b), 1, C_);
-  linear_forward(logits_.data(), ln_.data(), w(*table.wte), nullptr, 1, C_, V_);
+  for (CachedAttention& l : layers_) l.start = start;  // where this chunk's k and v rows go
+  logits_ = decoder_->run(tokens_.data(), positions_.data(), T, attention_.data());
   length_ = start + T;
 }
 

@@ -1,14 +1,14 @@
-// Incremental GPT-2 inference for one sequence with a key/value cache: the prompt runs once as a
-// batch (prefill), then each new token runs alone (T = 1) with attention against the cached keys and
+// Incremental inference for one sequence with a key/value cache, for every architecture: the prompt runs once
+// as a batch (prefill), then each new token runs alone (T = 1) with attention against the cached keys and
 // values of every earlier position, so the prefix is never recomputed.
 //
 // The engine reads the model's parameters (model.param(tensor)) at every call and owns
-// only the cache and scratch: K and V [n_layer][ctx, C] plus one layer's activations for up to ctx
-// tokens, all allocated once in the constructor (no allocation per token in this class; the attention
-// kernel keeps its own per-call scratch). Its layers are the model's block (gpt2_block.h) with a
-// cached attention op that appends each chunk's K and V and attends over the whole cache, so it
-// computes exactly what GPT2::forward computes for the cached window, but the LM head only for the
-// last position.
+// only the cache and scratch: K and V [n_layer][ctx, Hkv D] plus the architecture's decoder (one
+// layer's activations for up to ctx tokens), all allocated once in the constructor (no allocation per
+// token in this class; the attention kernel keeps its own per-call scratch). The decoder runs the
+// model's own block (decoder.h) with a cached attention op that appends each chunk's K and V (after
+// RoPE, for Llama) and attends over the whole cache, so it computes exactly what the stage's forward
+// computes for the cached window, but the LM head only for the last position.
 //
 // Context full (ctx = model.seq_len): appending to a full cache SLIDES the window: the cache is reset
 // and the last ctx/2 cached tokens are re-prefilled at positions 0..ctx/2-1, then the new token is
@@ -22,8 +22,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "odyssey/core/buffer.h"
-#include "odyssey/model/gpt2_block.h"
+#include "odyssey/model/decoder.h"
 #include "odyssey/model/stage.h"
 
 namespace odyssey {
@@ -33,6 +35,8 @@ class KVCacheEngine {
   // The model must outlive the engine; its parameters may change between calls (they are read at
   // each call), but then the cache is stale and prefill() must run again.
   explicit KVCacheEngine(const Stage& model);
+  KVCacheEngine(const KVCacheEngine&) = delete;  // the layers hold pointers into it
+  KVCacheEngine& operator=(const KVCacheEngine&) = delete;
 
   // Resets the cache and runs the prompt (n >= 1 tokens; only the last ctx are kept) as one batch.
   // Returns the logits [V] of the next token after the prompt, valid until the next call.
@@ -55,11 +59,12 @@ class KVCacheEngine {
   // Runs tokens[0..T) at positions length_..length_+T-1, appending their K and V to the cache.
   void run(const int* tokens, int T);
 
-  // One layer's attention against its cache [ctx, C] of keys and values: appends the chunk's k and v
-  // rows at position `start`, then attends from there over every cached key (forward only).
+  // One layer's attention against its cache [ctx, Hkv D] of keys and values: appends the chunk's k
+  // and v rows at position `start`, then attends from there over every cached key (forward only).
   class CachedAttention : public AttentionOp {
    public:
-    FloatBuffer k, v;  // [ctx, C]
+    FloatBuffer k, v;  // [ctx, Hkv D]
+    int Hkv = 0;
     int start = 0;
     void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                  AttentionSavedPtr& saved) override;
@@ -67,20 +72,15 @@ class KVCacheEngine {
                   const AttentionSaved*) override;
   };
 
-  const Stage& model_;
-  const Gpt2Params names_;  // views into model_.table()
-  const int ctx_, C_, H_, V_, n_layer_;
+  const int ctx_, V_;
   int length_ = 0;
   int64_t slides_ = 0;
   IntBuffer cached_;                     // [ctx] token ids in the cache (for re-prefill on a slide)
   std::vector<CachedAttention> layers_;  // per layer: its K and V cache
-  // Scratch for up to ctx tokens at once.
-  IntBuffer tokens_, positions_;  // [ctx]
-  FloatBuffer x_;                 // [ctx, C] residual stream (swapped with the block's output)
-  Gpt2LayerActs acts_;            // one layer's activations, reused by every layer
-  Gpt2BlockScratch scratch_;      // forward only: empty
-  FloatBuffer ln_, mean_, rstd_;  // [C], [1], [1]: the final norm of the last position
-  FloatBuffer logits_;            // [V]
+  std::vector<AttentionOp*> attention_;  // &layers_[l]
+  IntBuffer tokens_, positions_;         // [ctx]
+  std::unique_ptr<Decoder> decoder_;     // the architecture's forward, for up to ctx tokens
+  const float* logits_ = nullptr;        // [V] of the last run
 };
 
 }  // namespace odyssey

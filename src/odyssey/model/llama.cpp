@@ -5,6 +5,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/embedding.h"
+#include "odyssey/kernels/linear.h"
 #include "odyssey/kernels/rmsnorm.h"
 #include "odyssey/kernels/rope.h"
 #include "odyssey/model/lm_head.h"
@@ -265,6 +266,65 @@ void Llama::backward(StageActivations& acts) {
     embedding_backward(d(*names_.embed), nullptr, a.dres.data(), a.tokens.data(), a.positions.data(), N, C);
   });
   hooks_->after_backward(0);
+}
+
+// --- incremental inference ----------------------------------------------------------------------
+
+namespace {
+
+// The whole model forward only, one layer's activations reused by every layer, RoPE at the given
+// positions (the cache's), the final norm and head on the last row.
+class LlamaDecoder : public Decoder {
+ public:
+  LlamaDecoder(const Llama& model, const std::vector<float>& inv_freq, int max_tokens)
+      : model_(model), inv_freq_(inv_freq) {
+    const ModelConfig& c = model.config();
+    const size_t half = size_t(c.head_dim()) / 2;
+    x_.resize(size_t(max_tokens) * c.d_model);
+    acts_.allocate(c, 1, max_tokens, true);
+    cos_.resize(size_t(max_tokens) * half), sin_.resize(size_t(max_tokens) * half);
+    fn_.resize(size_t(c.d_model)), rstd_.resize(1);
+    logits_.resize(size_t(c.vocab_size));
+  }
+
+  const float* run(const int* tokens, const int* positions, int T, AttentionOp* const* attention) override {
+    const ModelConfig& c = model_.config();
+    const LlamaParams& p = model_.names();
+    auto w = [&](const ParamInfo& t) { return model_.param(t); };
+    rope_tables(cos_.data(), sin_.data(), positions, T, inv_freq_.data(), c.head_dim());
+    embedding_forward(x_.data(), tokens, positions, w(*p.embed), nullptr, T, c.d_model);
+    const LlamaShape shape = LlamaShape::of(c, 1, T);
+    for (int l = 0; l < c.n_layer; ++l) {
+      llama_block_forward(acts_, x_.data(), resolve_llama_layer(p.layer(l), w), *attention[l], scratch_,
+                          shape, {cos_.data(), sin_.data()});
+      std::swap(x_, acts_.residual3);
+    }
+    const float* last = x_.data() + size_t(T - 1) * c.d_model;
+    rmsnorm_forward(fn_.data(), rstd_.data(), last, w(*p.norm), 1, c.d_model, float(c.rms_norm_eps));
+    linear_forward(logits_.data(), fn_.data(), w(*p.lm_head), nullptr, 1, c.d_model, c.vocab_size);
+    return logits_.data();
+  }
+
+  size_t bytes() const override {
+    return x_.bytes() + acts_.bytes() + scratch_.bytes() + cos_.bytes() + sin_.bytes() + fn_.bytes() +
+           rstd_.bytes() + logits_.bytes();
+  }
+
+ private:
+  const Llama& model_;
+  const std::vector<float>& inv_freq_;
+  FloatBuffer x_;
+  LlamaLayerActs acts_;
+  LlamaBlockScratch scratch_;
+  FloatBuffer cos_, sin_, fn_, rstd_, logits_;
+};
+
+}  // namespace
+
+std::unique_ptr<Decoder> Llama::make_decoder(int max_tokens) const {
+  ODY_CHECK(range_ == StageRange{}.resolved(config_),
+            "incremental inference runs the whole model, not a stage");
+  return std::make_unique<LlamaDecoder>(*this, inv_freq_, max_tokens);
 }
 
 double llama_training_flops_per_token(const ModelConfig& c, int T) {

@@ -20,6 +20,7 @@
 #include "odyssey/core/enum_names.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
+#include "odyssey/model/decoder.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/params.h"
 
@@ -131,6 +132,9 @@ class Stage {
   // Logits [B*T, V] of the last forward (valid after forward and a loss without dloss, when the LM head
   // ran as one chunk; null otherwise).
   virtual const float* logits(const StageActivations& acts) const = 0;
+
+  // Incremental inference over at most max_tokens tokens at a time (the KV cache); the whole model only.
+  virtual std::unique_ptr<Decoder> make_decoder(int max_tokens) const = 0;
 
   // Memory: the activations of a micro-batch of B rows x T tokens and the attention op's scratch and
   // saved tensors, without allocating (the memory check); and what the attention op holds now.
