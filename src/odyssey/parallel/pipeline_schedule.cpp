@@ -1,0 +1,194 @@
+#include "odyssey/parallel/pipeline_schedule.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "odyssey/core/error.h"
+
+namespace odyssey {
+
+std::string to_string(const PipeAction& a) {
+  return fmt::format("{}({},{})", a.kind == PipeAction::forward ? "F" : "B", a.stage, a.mb);
+}
+
+namespace {
+
+using Table = std::vector<PipeAction>;
+
+Table gpipe(const PipelineShape& s, int r) {
+  Table t;
+  for (int j = 0; j < s.m; ++j) t.push_back({PipeAction::forward, r, j});
+  for (int j = 0; j < s.m; ++j) t.push_back({PipeAction::backward, r, j});  // increasing: exact accumulation
+  return t;
+}
+
+// 1F1B: w = min(P - r - 1, m) warm-up forwards, then one forward one backward, then the remaining
+// backwards.
+Table one_f_one_b(const PipelineShape& s, int r) {
+  const int w = std::min(s.P - r - 1, s.m);
+  Table t;
+  for (int j = 0; j < w; ++j) t.push_back({PipeAction::forward, r, j});
+  for (int k = 0; k < s.m - w; ++k) {
+    t.push_back({PipeAction::forward, r, w + k});
+    t.push_back({PipeAction::backward, r, k});
+  }
+  for (int k = s.m - w; k < s.m; ++k) t.push_back({PipeAction::backward, r, k});
+  return t;
+}
+
+// Interleaved 1F1B (Megatron's virtual pipeline): virtual step k is (micro-batch, chunk) taken in
+// groups of P micro-batches, chunk by chunk; backward steps run the chunks in reverse.
+Table interleaved(const PipelineShape& s, int r) {
+  const int steps = s.m * s.v;
+  auto forward_step = [&](int k) {
+    const int group = k / (s.P * s.v), in_group = k % (s.P * s.v);
+    const int chunk = in_group / s.P, mb = group * s.P + in_group % s.P;
+    return PipeAction{PipeAction::forward, chunk * s.P + r, mb};
+  };
+  auto backward_step = [&](int k) {
+    const PipeAction f = forward_step(k);
+    const int chunk = s.v - 1 - s.chunk_of(f.stage);
+    return PipeAction{PipeAction::backward, chunk * s.P + r, f.mb};
+  };
+  const int warmup = std::min((s.P - r - 1) * 2 + (s.v - 1) * s.P, steps);
+  Table t;
+  for (int k = 0; k < warmup; ++k) t.push_back(forward_step(k));
+  for (int k = 0; k < steps - warmup; ++k) {
+    t.push_back(forward_step(warmup + k));
+    t.push_back(backward_step(k));
+  }
+  for (int k = steps - warmup; k < steps; ++k) t.push_back(backward_step(k));
+  return t;
+}
+
+}  // namespace
+
+std::vector<Table> build_schedule(PipelineSchedule schedule, const PipelineShape& s) {
+  ODY_CHECK(s.P >= 1 && s.v >= 1 && s.m >= 1, "pipeline: P={}, v={}, m={} must be positive", s.P, s.v, s.m);
+  if (schedule == PipelineSchedule::interleaved) {
+    ODY_CHECK(s.v >= 2, "parallel.pp_schedule = interleaved needs parallel.pp_virtual >= 2, got {}", s.v);
+    ODY_CHECK(s.m % s.P == 0,
+              "parallel.pp_schedule = interleaved needs the micro-batches per step ({}) to be a multiple of "
+              "parallel.pp ({})",
+              s.m, s.P);
+  } else {
+    ODY_CHECK(s.v == 1, "parallel.pp_virtual = {} needs parallel.pp_schedule = interleaved", s.v);
+  }
+  std::vector<Table> tables;
+  for (int r = 0; r < s.P; ++r)
+    tables.push_back(schedule == PipelineSchedule::gpipe         ? gpipe(s, r)
+                     : schedule == PipelineSchedule::one_f_one_b ? one_f_one_b(s, r)
+                                                                 : interleaved(s, r));
+  return tables;
+}
+
+ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const PipelineShape& s, double t_f,
+                                     double t_b) {
+  const int S = s.stages();
+  ODY_CHECK(int(tables.size()) == s.P, "pipeline schedule: {} tables for {} ranks", tables.size(), s.P);
+  // Each action exactly once, on its stage's rank.
+  std::set<std::tuple<int, int, int>> seen;
+  for (int r = 0; r < s.P; ++r)
+    for (const PipeAction& a : tables[size_t(r)]) {
+      ODY_CHECK(a.stage >= 0 && a.stage < S && a.mb >= 0 && a.mb < s.m,
+                "pipeline schedule: {} out of range on rank {}", to_string(a), r);
+      ODY_CHECK(s.rank_of(a.stage) == r, "pipeline schedule: {} is on rank {}, its stage lives on rank {}",
+                to_string(a), r, s.rank_of(a.stage));
+      ODY_CHECK(seen.insert({int(a.kind), a.stage, a.mb}).second, "pipeline schedule: {} appears twice",
+                to_string(a));
+    }
+  ODY_CHECK(int(seen.size()) == 2 * S * s.m, "pipeline schedule: {} actions, expected {}", seen.size(),
+            2 * S * s.m);
+
+  // Messages between two ranks must be received in the order they are sent (one tag per direction):
+  // forward activations (stage s -> s+1) and backward gradients (stage s -> s-1) separately.
+  for (int kind = 0; kind < 2; ++kind) {
+    std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent,
+        received;  // (from, to) -> (stage, mb)
+    for (int r = 0; r < s.P; ++r)
+      for (const PipeAction& a : tables[size_t(r)]) {
+        if (a.kind != kind) continue;
+        const bool forward = a.kind == PipeAction::forward;
+        const int next = forward ? a.stage + 1 : a.stage - 1, prev = forward ? a.stage - 1 : a.stage + 1;
+        if (next >= 0 && next < S) sent[{r, s.rank_of(next)}].push_back({a.stage, a.mb});
+        if (prev >= 0 && prev < S) received[{s.rank_of(prev), r}].push_back({prev, a.mb});
+      }
+    ODY_CHECK(sent == received, "pipeline schedule: {} messages are received in another order than sent",
+              kind == PipeAction::forward ? "activation" : "gradient");
+  }
+
+  // Unit-time simulation: a rank runs its next action as soon as its input has arrived.
+  ScheduleSimulation sim;
+  sim.peak_in_flight.assign(size_t(s.P), 0);
+  std::map<std::tuple<int, int, int>, double> done;  // (kind, stage, mb) -> finish time
+  std::vector<size_t> next(size_t(s.P), 0);
+  std::vector<double> clock(size_t(s.P), 0), busy(size_t(s.P), 0);
+  std::vector<int> in_flight(size_t(s.P), 0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < s.P; ++r) {
+      while (next[size_t(r)] < tables[size_t(r)].size()) {
+        const PipeAction& a = tables[size_t(r)][next[size_t(r)]];
+        const bool forward = a.kind == PipeAction::forward;
+        double ready = clock[size_t(r)];
+        // Inputs: the previous stage's forward, or the next stage's backward (the loss for the last).
+        std::vector<std::tuple<int, int, int>> needs;
+        if (forward && a.stage > 0) needs.push_back({PipeAction::forward, a.stage - 1, a.mb});
+        if (!forward) needs.push_back({PipeAction::forward, a.stage, a.mb});
+        if (!forward && a.stage + 1 < S) needs.push_back({PipeAction::backward, a.stage + 1, a.mb});
+        bool blocked = false;
+        for (const auto& n : needs) {
+          auto it = done.find(n);
+          if (it == done.end()) {
+            blocked = true;
+            break;
+          }
+          ready = std::max(ready, it->second);
+        }
+        if (blocked) break;
+        const double t = forward ? t_f : t_b;
+        clock[size_t(r)] = ready + t;
+        busy[size_t(r)] += t;
+        done[{int(a.kind), a.stage, a.mb}] = clock[size_t(r)];
+        in_flight[size_t(r)] += forward ? 1 : -1;
+        sim.peak_in_flight[size_t(r)] = std::max(sim.peak_in_flight[size_t(r)], in_flight[size_t(r)]);
+        ++next[size_t(r)];
+        progress = true;
+      }
+    }
+  }
+  std::string stuck;
+  for (int r = 0; r < s.P; ++r)
+    if (next[size_t(r)] < tables[size_t(r)].size())
+      stuck += fmt::format(" rank {} at {};", r, to_string(tables[size_t(r)][next[size_t(r)]]));
+  ODY_CHECK(stuck.empty(), "pipeline schedule deadlocks (P={}, v={}, m={}):{}", s.P, s.v, s.m, stuck);
+  sim.step_time = *std::max_element(clock.begin(), clock.end());
+  double idle = 0;
+  for (int r = 0; r < s.P; ++r) idle += sim.step_time - busy[size_t(r)];
+  sim.bubble_fraction = idle / (s.P * sim.step_time);
+  return sim;
+}
+
+std::vector<std::pair<int, int>> split_layers(int n_layer, int stages) {
+  ODY_CHECK(
+      stages >= 1 && n_layer >= stages,
+      "pipeline: model.n_layer ({}) must be at least the number of stages ({}: parallel.pp x pp_virtual)",
+      n_layer, stages);
+  // n_layer + 2 layer equivalents (embeddings, head) cut as evenly as possible; stage i ends at the
+  // cut nearest to (i + 1) (n_layer + 2) / S, minus the embeddings' one.
+  std::vector<std::pair<int, int>> ranges;
+  const int total = n_layer + 2;
+  int begin = 0;
+  for (int i = 0; i < stages; ++i) {
+    int end = (i + 1 == stages) ? n_layer : int((int64_t(i + 1) * total + stages / 2) / stages) - 1;
+    end = std::clamp(end, begin + 1, n_layer - (stages - i - 1));  // at least one layer each
+    ranges.push_back({begin, end});
+    begin = end;
+  }
+  return ranges;
+}
+
+}  // namespace odyssey

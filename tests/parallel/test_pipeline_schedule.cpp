@@ -1,0 +1,103 @@
+// Pipeline schedules: for every small (P, v, m) each schedule's tables validate (every action once,
+// messages in order, no deadlock in the unit-time simulation), GPipe and 1F1B idle (P-1)/(m+P-1) of
+// the step and interleaved (P-1)/(vm+P-1) (t_B = 2 t_F, spec §3.8), and the peak in-flight
+// micro-batches are the spec's. Broken tables are refused with the reason.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "odyssey/core/error.h"
+#include "odyssey/parallel/pipeline_schedule.h"
+
+namespace odyssey {
+namespace {
+
+TEST(PipelineSchedule, EverySmallCaseValidatesWithTheFormulaBubble) {
+  int cases = 0;
+  for (int P = 1; P <= 6; ++P)
+    for (int m = 1; m <= 12; ++m) {
+      for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
+        const PipelineShape s{P, 1, m};
+        const ScheduleSimulation sim = validate_schedule(build_schedule(kind, s), s);
+        EXPECT_NEAR(sim.bubble_fraction, double(P - 1) / (m + P - 1), 1e-12) << P << " " << m;
+        for (int r = 0; r < P; ++r)
+          EXPECT_EQ(sim.peak_in_flight[size_t(r)], kind == PipelineSchedule::gpipe ? m : std::min(P - r, m))
+              << "P " << P << " m " << m << " rank " << r;
+        ++cases;
+      }
+      for (int v = 2; v <= 3; ++v) {
+        if (m % P) continue;
+        const PipelineShape s{P, v, m};
+        const ScheduleSimulation sim = validate_schedule(build_schedule(PipelineSchedule::interleaved, s), s);
+        if (P > 1 && m >= P)  // the formula's regime
+          EXPECT_NEAR(sim.bubble_fraction, double(P - 1) / (v * m + P - 1), 1e-12)
+              << P << " " << v << " " << m;
+        EXPECT_LE(sim.peak_in_flight[0], v * P + P - 1);
+        ++cases;
+      }
+    }
+  EXPECT_GT(cases, 150);
+}
+
+TEST(PipelineSchedule, SpecFigures) {
+  // Spec §3.8: P=4, m=8, t_F=1, t_B=2: 1F1B idle 27.3%, interleaved v=2 15.8%.
+  const PipelineShape a{4, 1, 8}, b{4, 2, 8};
+  EXPECT_NEAR(validate_schedule(build_schedule(PipelineSchedule::one_f_one_b, a), a).bubble_fraction, 0.2727,
+              1e-4);
+  EXPECT_NEAR(validate_schedule(build_schedule(PipelineSchedule::interleaved, b), b).bubble_fraction, 0.1579,
+              1e-4);
+}
+
+TEST(PipelineSchedule, BrokenTablesAreRefused) {
+  const PipelineShape s{2, 1, 2};
+  auto message = [&](std::vector<std::vector<PipeAction>> t) {
+    try {
+      validate_schedule(t, s);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  using A = PipeAction;
+  // Rank 1 runs its backwards before the forwards they need: every rank waits.
+  EXPECT_NE(message({{{A::forward, 0, 0}, {A::forward, 0, 1}, {A::backward, 0, 0}, {A::backward, 0, 1}},
+                     {{A::backward, 1, 0}, {A::forward, 1, 0}, {A::forward, 1, 1}, {A::backward, 1, 1}}})
+                .find("deadlocks"),
+            std::string::npos);
+  // Micro-batches received in another order than sent.
+  EXPECT_NE(message({{{A::forward, 0, 0}, {A::forward, 0, 1}, {A::backward, 0, 0}, {A::backward, 0, 1}},
+                     {{A::forward, 1, 1}, {A::forward, 1, 0}, {A::backward, 1, 0}, {A::backward, 1, 1}}})
+                .find("order"),
+            std::string::npos);
+  // An action missing, one twice.
+  EXPECT_NE(message({{{A::forward, 0, 0}, {A::forward, 0, 0}, {A::backward, 0, 0}, {A::backward, 0, 1}},
+                     {{A::forward, 1, 0}, {A::forward, 1, 1}, {A::backward, 1, 0}, {A::backward, 1, 1}}})
+                .find("twice"),
+            std::string::npos);
+  EXPECT_THROW(build_schedule(PipelineSchedule::interleaved, {2, 2, 3}), Error);  // m % P
+  EXPECT_THROW(build_schedule(PipelineSchedule::interleaved, {2, 1, 4}), Error);  // v = 1
+  EXPECT_THROW(build_schedule(PipelineSchedule::one_f_one_b, {2, 2, 4}), Error);  // v = 2
+}
+
+TEST(PipelineSchedule, LayerSplit) {
+  using R = std::vector<std::pair<int, int>>;
+  EXPECT_EQ(split_layers(5, 2), (R{{0, 3}, {3, 5}}));  // 1 + 3 | 2 + 1
+  EXPECT_EQ(split_layers(4, 4), (R{{0, 1}, {1, 2}, {2, 3}, {3, 4}}));
+  EXPECT_EQ(split_layers(12, 4), (R{{0, 3}, {3, 6}, {6, 10}, {10, 12}}));  // 1 + 3 | 3 | 4 | 2 + 1
+  for (int L = 1; L <= 20; ++L)
+    for (int S = 1; S <= L; ++S) {
+      const auto r = split_layers(L, S);
+      ASSERT_EQ(int(r.size()), S);
+      int next = 0;
+      for (auto [b, e] : r) {
+        EXPECT_EQ(b, next);
+        EXPECT_LT(b, e);
+        next = e;
+      }
+      EXPECT_EQ(next, L);
+    }
+  EXPECT_THROW(split_layers(3, 4), Error);
+}
+
+}  // namespace
+}  // namespace odyssey
