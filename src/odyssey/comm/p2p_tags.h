@@ -14,6 +14,11 @@ enum : int {
   // Ring attention: forward K/V blocks passed to the next ring rank; backward dK/dV accumulators.
   ring_kv,
   ring_dkv,
+  // Pipeline parallelism: a stage's output to the next stage's rank; d(input) back to the previous.
+  // Between two ranks each direction's messages are received in the order they are sent (checked by
+  // validate_schedule), so one tag per direction suffices.
+  pp_activation,
+  pp_gradient,
 
   count  // the first unused tag
 };
