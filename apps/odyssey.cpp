@@ -52,6 +52,7 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& ov
                                 {"state_bytes_per_rank", m.state_per_rank},
                                 {"activation_bytes_per_rank", m.activations_per_rank},
                                 {"tokens_per_rank", m.tokens_per_rank},
+                                {"checkpoint", m.checkpoint},
                                 {"ranks_on_host", m.ranks_on_host},
                                 {"host_available_bytes", r.host_available}}
                      .dump()

@@ -1,7 +1,9 @@
-# Memory modes change no number: training with memory.checkpoint = full (layers recomputed in their
-# backward) and a chunked LM head gives, step for step, bitwise the losses, gradient norms and final
-# checkpoint tensors of checkpoint = none with the same head chunk, in one process and under dp2 ZeRO-3,
-# Ulysses 2 and ring 2 (zigzag) with ZeRO-3. The dry run accounts for less memory under full.
+# Memory modes change no number: training with memory.checkpoint = keep_attention or full (layers
+# recomputed in their backward, the attention kept or not) and a chunked LM head gives, step for step,
+# bitwise the losses, gradient norms and final checkpoint tensors of checkpoint = none with the same
+# head chunk, in one process and under dp2 ZeRO-3, Ulysses 2 and ring 2 (zigzag) with ZeRO-3. The dry
+# run accounts for less memory under keep_attention and less again under full; auto picks the fastest
+# policy that fits the budget and says so.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make_shards "$WORK/data"
@@ -41,18 +43,29 @@ for layout in "single 1" "zero3 2 --set parallel.zero_stage=3" \
   name=$1
   shift
   run "$name.none" "$@" --set memory.checkpoint=none
-  run "$name.full" "$@" --set memory.checkpoint=full
-  diff <(numbers "$name.none") <(numbers "$name.full") >/dev/null ||
-    fail "$name: checkpoint=full differs from none: $(diff <(numbers "$name.none") <(numbers "$name.full") | head -4)"
-  echo "ok: $name, checkpoint=full bitwise equal to none ($(grep -c step "$WORK/$name.none/metrics.jsonl") steps)"
+  for policy in keep_attention full; do
+    run "$name.$policy" "$@" --set memory.checkpoint=$policy
+    diff <(numbers "$name.none") <(numbers "$name.$policy") >/dev/null ||
+      fail "$name: checkpoint=$policy differs from none: $(diff <(numbers "$name.none") <(numbers "$name.$policy") | head -4)"
+    echo "ok: $name, checkpoint=$policy bitwise equal to none ($(grep -c step "$WORK/$name.none/metrics.jsonl") steps)"
+  done
 done
-acts() {
-  "$ODYSSEY" train --config "$cfg" --dry-run --set memory.checkpoint="$1" 2>&1 |
-    grep -oE '\+ [0-9.]+ GiB of activations' | grep -oE '[0-9.]+'
+json() {  # the dry run's JSON line under a policy
+  "$ODYSSEY" train --config "$cfg" --dry-run --set memory.checkpoint="$1" 2>/dev/null | grep dry_run
 }
-none=$(acts none) full=$(acts full)
-awk -v n="$none" -v f="$full" 'BEGIN { exit !(f < n) }' || fail "dry run: full ($full GiB) not below none ($none GiB)"
-echo "ok: dry run accounts $full GiB of activations under full, $none GiB under none"
-expect_error "bad policy" "memory.checkpoint: unknown value 'some' \\(none, full\\)" "$ODYSSEY" train \
+field() { grep -oE "\"$1\":[0-9]+" | cut -d: -f2; }
+none=$(json none | field activation_bytes_per_rank) keep=$(json keep_attention | field activation_bytes_per_rank)
+full=$(json full | field activation_bytes_per_rank) state=$(json none | field state_bytes_per_rank)
+[ -n "$none" ] && [ "$full" -lt "$keep" ] && [ "$keep" -lt "$none" ] &&
+  echo "ok: dry run accounts $full bytes of activations under full, $keep under keep_attention, $none under none" ||
+  fail "dry run: not full ($full) < keep_attention ($keep) < none ($none)"
+# auto: with a budget that holds keep_attention's activations but not none's, auto picks keep_attention.
+budget=$(awk -v s="$state" -v k="$keep" -v n="$none" 'BEGIN { printf "%.9f", (s + (k + n) / 2) / 2^30 }')
+out=$("$ODYSSEY" train --config "$cfg" --dry-run --set memory.checkpoint=auto --set train.host_memory_gb="$budget" 2>&1)
+grep -q 'memory.checkpoint = auto: keep_attention' <<<"$out" && grep -q '"checkpoint":"keep_attention"' <<<"$out" &&
+  echo "ok: auto picks keep_attention under a $budget GiB budget" || fail "auto: $(tail -n 3 <<<"$out")"
+expect_error "nothing fits" "memory.checkpoint = full" "$ODYSSEY" train --config "$cfg" --dry-run \
+  --set memory.checkpoint=auto --set train.host_memory_gb=0.0000001
+expect_error "bad policy" "memory.checkpoint: unknown value 'some' \\(none, keep_attention, full, auto\\)" "$ODYSSEY" train \
   --config "$cfg" --set memory.checkpoint=some --set "checkpoint.dir=$WORK/bad"
 finish

@@ -24,7 +24,8 @@ TEST(Activations, BytesForMatchesAllocate) {
     if (c.n_layer > 2) ranges.push_back({1, 2});
     for (const StageRange& range : ranges)
       for (int head_chunk : {0, 1, 64, 100000})
-        for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::full}) {
+        for (CheckpointPolicy policy :
+             {CheckpointPolicy::none, CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
           const MemoryOptions memory{policy, head_chunk};
           Activations a;
           a.allocate(c, range, s.B, s.T, false, memory);

@@ -1,12 +1,15 @@
-// Activation checkpointing (memory.checkpoint = full): each layer keeps only its output and is
-// recomputed in its backward with the forward's own calls, so the loss and every gradient are bitwise
-// those of checkpoint = none, with the LM head chunked or not, over accumulated micro-batches of
-// different lengths (T not a multiple of anything).
+// Activation checkpointing (memory.checkpoint = keep_attention, full): each layer keeps its output
+// (and under keep_attention its attention's output and lse) and is recomputed in its backward with the
+// forward's own calls, so the loss and every gradient are bitwise those of checkpoint = none, for
+// GPT-2 and Llama (GQA), with the LM head chunked or not, over accumulated micro-batches of different
+// lengths (T not a multiple of anything).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <vector>
 
-#include "odyssey/model/gpt2.h"
+#include "odyssey/model/architecture.h"
 
 namespace odyssey {
 namespace {
@@ -15,15 +18,28 @@ struct Result {
   std::vector<double> losses;
   std::vector<float> grads;
   size_t activation_bytes = 0;
+  int attention_forwards = 0;  // over the run
 };
 
-Result run(const MemoryOptions& memory) {
+// Counts the attention forwards the stage issues.
+struct AttentionCounter : OpObserver {
+  int forwards = 0;
+  void begin_op(const char* name, double) override { forwards += std::string(name) == "attention.fwd"; }
+  void end_op() override {}
+};
+
+Result run(const std::string& arch, const MemoryOptions& memory) {
   ModelConfig c;
+  c.arch = arch;
   c.n_layer = 3, c.n_head = 5, c.d_model = 35, c.seq_len = 40, c.vocab_size = 67;
-  GPT2 model(c);
+  if (arch == "llama") c.n_head = 4, c.n_kv_head = 2, c.d_model = 32, c.d_ff = 40;
+  auto stage = architecture(arch).make_stage(c, StageRange{}, true);
+  Stage& model = *stage;
   init_parameters(model.params(), model.table(), c, 11);
   model.set_memory(memory);
-  model.zero_grads();
+  std::fill(model.grads(), model.grads() + model.table().total(), 0.0f);
+  AttentionCounter counter;
+  model.set_observer(&counter);
   Result r;
   // Two micro-batches accumulated, of different shapes (the activations are re-sized in between).
   for (auto [B, T] : {std::pair{2, 37}, std::pair{3, 29}}) {
@@ -33,18 +49,28 @@ Result run(const MemoryOptions& memory) {
     r.losses.push_back(model.forward_backward(in.data(), tg.data(), nullptr, B, T, 1.0f / 200, &n));
     r.activation_bytes = model.activation_bytes();
   }
-  r.grads.assign(model.grads(), model.grads() + model.num_params());
+  r.grads.assign(model.grads(), model.grads() + model.table().total());
+  r.attention_forwards = counter.forwards;
   return r;
 }
 
-TEST(Checkpointing, FullIsBitwiseNone) {
-  for (int head_chunk : {0, 16}) {
-    const Result none = run({CheckpointPolicy::none, head_chunk});
-    const Result full = run({CheckpointPolicy::full, head_chunk});
-    EXPECT_EQ(full.losses, none.losses) << "head chunk " << head_chunk;
-    EXPECT_EQ(full.grads, none.grads) << "head chunk " << head_chunk;
-    EXPECT_LT(full.activation_bytes, none.activation_bytes);
-  }
+TEST(Checkpointing, RecomputingPoliciesAreBitwiseNone) {
+  for (const char* arch : {"gpt2", "llama"})
+    for (int head_chunk : {0, 16}) {
+      const Result none = run(arch, {CheckpointPolicy::none, head_chunk});
+      const Result keep = run(arch, {CheckpointPolicy::keep_attention, head_chunk});
+      const Result full = run(arch, {CheckpointPolicy::full, head_chunk});
+      EXPECT_EQ(keep.losses, none.losses) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(keep.grads, none.grads) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(full.losses, none.losses) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(full.grads, none.grads) << arch << ", head chunk " << head_chunk;
+      // Two micro-steps of 3 layers: keep_attention never reruns attention, full reruns all but the last.
+      EXPECT_EQ(none.attention_forwards, 6);
+      EXPECT_EQ(keep.attention_forwards, 6);
+      EXPECT_EQ(full.attention_forwards, 10);
+      EXPECT_LT(full.activation_bytes, keep.activation_bytes);
+      EXPECT_LT(keep.activation_bytes, none.activation_bytes);
+    }
 }
 
 }  // namespace

@@ -23,28 +23,29 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
                                bool shared_qkv_, const MemoryOptions& memory) {
   const bool head = range_.head(c);
   const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
-  const bool recompute_ = memory.checkpoint == CheckpointPolicy::full;
-  work_layer = -1;
+  kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      recompute == recompute_)
+      kept.policy == memory.checkpoint && !kept.layers.empty())
     return;
   B = B_;
   T = T_;
   range = range_;
   shared_qkv = shared_qkv_;
   head_chunk = chunk;
-  recompute = recompute_;
+  kept.policy = memory.checkpoint;
   const size_t N = size_t(B) * T, C = c.d_model;
-  layers.clear();
-  layers.resize(size_t(range.layers()));
-  for (Gpt2LayerActs& l : layers) {
-    if (recompute)
-      l.residual3.resize(N * C);
-    else
+  kept.layers.clear();
+  kept.layers.resize(size_t(range.layers()));
+  for (Gpt2LayerActs& l : kept.layers) {
+    if (!kept.recomputes()) {
       l.allocate(c, B, T, !shared_qkv);
+      continue;
+    }
+    l.residual3.resize(N * C);
+    if (kept.keeps_attention()) l.atty.resize(N * C), l.lse.resize(size_t(B) * c.n_head * T);
   }
-  work = Gpt2LayerActs();
-  if (recompute) work.allocate(c, B, T, !shared_qkv);
+  kept.work = Gpt2LayerActs();
+  if (kept.recomputes()) kept.work.allocate(c, B, T, !shared_qkv);
   scratch.allocate(c, B, T, shared_qkv, true);
   encoded.resize(range.embeddings() ? N * C : 0);
   lnf.resize(head ? N * C : 0);
@@ -61,8 +62,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
 size_t Gpt2Activations::bytes() const {
   size_t total = encoded.bytes() + lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() +
                  losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() + dres.bytes() +
-                 scratch.bytes() + work.bytes();
-  for (const Gpt2LayerActs& l : layers) total += l.bytes();
+                 scratch.bytes() + kept.work.bytes();
+  for (const Gpt2LayerActs& l : kept.layers) total += l.bytes();
   return total;
 }
 
@@ -75,10 +76,13 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   const size_t floats =
       N * C * (1 + range.embeddings() + head) +
       (head ? 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
-  // Full checkpointing: each layer's output [N, C], and one layer's activations to run or recompute.
-  const size_t layers = memory.checkpoint == CheckpointPolicy::full
-                            ? L * N * C * sizeof(float) + Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv)
-                            : L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
+  // Recomputing policies: per layer its output [N, C] (keep_attention: also the attention's output
+  // [N, C] and lse [B, H, T]), and one layer's activations to run or recompute.
+  const size_t whole = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
+  size_t layers = L * whole;
+  if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + whole;
+  if (memory.checkpoint == CheckpointPolicy::keep_attention)
+    layers = L * (2 * N * C + size_t(B) * c.n_head * T) * sizeof(float) + whole;
   return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
          3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
@@ -141,25 +145,17 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
     hooks_->after_forward(0);
   }
   const float* input = emb ? a.encoded.data() : a.input;
-  for (int l = range_.layer_begin; l < range_.layer_end; ++l) {
-    const size_t i = size_t(l - range_.layer_begin);
-    hooks_->before_forward(layer_unit(l));
-    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
-    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[i];
-    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch, shape(a), o);
-    if (a.recompute) {  // keep only the output, the next layer's input
-      observed(o, "memcpy.checkpoint", 0, [&] {
-        std::copy(la.residual3.data(), la.residual3.data() + size_t(N) * C, a.layers[i].residual3.data());
-      });
-      a.work_layer = l;
-    }
-    hooks_->after_forward(layer_unit(l));
-  }
+  forward_layers(a.kept, input, range_.layer_begin, range_.layers(), size_t(N) * C, o, *hooks_,
+                 layer_unit(range_.layer_begin),
+                 [&](Gpt2LayerActs& la, const float* x, int l, bool attention_kept) {
+                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch,
+                                      shape(a), o, attention_kept);
+                 });
   if (!has_head()) return;
   hooks_->before_forward(final_unit());
   observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.layers.back().residual3.data(),
-                      w(*names_.lnf_w), w(*names_.lnf_b), N, C);
+    layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.output(), w(*names_.lnf_w),
+                      w(*names_.lnf_b), N, C);
   });
   hooks_->after_forward(final_unit());
   // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
@@ -221,9 +217,8 @@ void GPT2::backward(StageActivations& acts) {
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(a.dres.data(), d(*names_.lnf_w), d(*names_.lnf_b), dln,
-                         a.layers.back().residual3.data(), w(*names_.lnf_w), a.lnf_mean.data(),
-                         a.lnf_rstd.data(), N, C);
+      layernorm_backward(a.dres.data(), d(*names_.lnf_w), d(*names_.lnf_b), dln, a.output(), w(*names_.lnf_w),
+                         a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
     });
     hooks_->after_backward(final_unit());
   } else {
@@ -232,21 +227,16 @@ void GPT2::backward(StageActivations& acts) {
     std::copy(a.output_grad, a.output_grad + size_t(N) * C, a.dres.data());
   }
   const float* input = emb ? a.encoded.data() : a.input;
-  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l) {
-    const size_t i = size_t(l - range_.layer_begin);
-    hooks_->before_backward(layer_unit(l));
-    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
-    Gpt2LayerActs& la = a.recompute ? a.work : a.layers[i];
-    if (a.recompute && a.work_layer != l) {
-      // Recompute the layer from its input with the forward's own calls (same shapes: same bits);
-      // the last layer is still there from the forward.
-      gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch, shape(a), o);
-      a.work_layer = l;
-    }
-    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                        resolve_layer(names_.layer(l), d), *attention_, a.scratch, shape(a), o);
-    hooks_->after_backward(layer_unit(l));
-  }
+  backward_layers(
+      a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+      [&](Gpt2LayerActs& la, const float* x, int l, bool attention_kept) {
+        gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch, shape(a), o,
+                           attention_kept);
+      },
+      [&](Gpt2LayerActs& la, const float* x, int l) {
+        gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
+                            resolve_layer(names_.layer(l), d), *attention_, a.scratch, shape(a), o);
+      });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
   observed(o, "embedding.bwd", 0, [&] {

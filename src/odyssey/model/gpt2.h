@@ -29,6 +29,7 @@
 #include "odyssey/model/config.h"
 #include "odyssey/model/gpt2_block.h"
 #include "odyssey/model/gpt2_params.h"
+#include "odyssey/model/layer_loop.h"
 #include "odyssey/model/layer_stage.h"
 #include "odyssey/model/params.h"
 #include "odyssey/model/stage.h"
@@ -42,17 +43,14 @@ struct Gpt2Activations : StageActivations {
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
   IntBuffer tokens, targets, positions;  // [N]
   FloatBuffer encoded;                   // [N, C]
-  std::vector<Gpt2LayerActs> layers;     // per layer; under full checkpointing only residual3 (the output)
-  Gpt2LayerActs work;                    // full checkpointing: the one layer being run or recomputed
-  int work_layer = -1;                   // the layer whose activations `work` holds (-1: none)
-  bool recompute = false;
-  FloatBuffer lnf, lnf_mean, lnf_rstd;  // [N, C], [N], [N]
-  FloatBuffer logits;                   // [chunk, V]: one chunk of the LM head's logits (dlogits in training)
-  int head_chunk = 0;                   // rows per LM-head chunk (N: one chunk)
-  bool head_backward_done = false;      // the last loss() ran with dloss: backward() may follow
-  FloatBuffer losses;                   // [N]
-  FloatBuffer dres;                     // [N, C] d(residual stream), carried down through the layers
-  Gpt2BlockScratch scratch;             // shared by the layers
+  KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
+  FloatBuffer lnf, lnf_mean, lnf_rstd;   // [N, C], [N], [N]
+  FloatBuffer logits;               // [chunk, V]: one chunk of the LM head's logits (dlogits in training)
+  int head_chunk = 0;               // rows per LM-head chunk (N: one chunk)
+  bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
+  FloatBuffer losses;               // [N]
+  FloatBuffer dres;                 // [N, C] d(residual stream), carried down through the layers
+  Gpt2BlockScratch scratch;         // shared by the layers
 
   // For the layers of `range` (resolved) and, with the head, the final norm and logits.
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
@@ -62,7 +60,7 @@ struct Gpt2Activations : StageActivations {
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
                           bool shared_qkv = false, const MemoryOptions& memory = {});
 
-  const float* output() const override { return layers.back().residual3.data(); }
+  const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
 };
 using Activations = Gpt2Activations;

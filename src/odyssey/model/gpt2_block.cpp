@@ -83,7 +83,7 @@ Gpt2LayerTensors resolve_layer(const LayerParams& l, const std::function<float*(
 }
 
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
-                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o) {
+                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o, bool attention_kept) {
   const int N = s.N(), C = s.C;
   const size_t NC = size_t(N) * C;
   ODY_CHECK(a.ln1.size() >= NC && a.fch.size() >= 4 * NC,
@@ -96,8 +96,9 @@ void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors
   observed(o, "gemm.fwd.qkv", lin_flops(C, 3 * C),
            [&] { linear_forward(qkv, a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * C); });
   // QK^T and PV over the causal half.
-  observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D(),
-           [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D(), a.attention); });
+  if (!attention_kept)
+    observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D(),
+             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D(), a.attention); });
   // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
   observed(o, "gemm.fwd.attn_proj", lin_flops(C, C),
            [&] { linear_forward(a.residual2.data(), a.atty.data(), w.attn_proj_w, w.attn_proj_b, N, C, C); });

@@ -64,9 +64,12 @@ struct BlockShape {
   int D() const { return C / H; }
 };
 
-// a = block(x); x [N, C] is not modified (it is the previous layer's residual3 or the embeddings).
+// a = block(x); x [N, C] is not modified. attention_kept: a.atty, a.lse and a.attention already hold this
+// layer's attention (kept by a checkpoint policy), which is not run again; everything else is recomputed.
+// (it is the previous layer's residual3 or the embeddings).
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
-                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr);
+                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr,
+                        bool attention_kept = false);
 
 // dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,

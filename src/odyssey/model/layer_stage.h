@@ -59,7 +59,8 @@ class LayerStage : public Stage {
   int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
   int final_unit() const { return table_.num_units() - 1; }
   int head_unit() const { return tied_head_ && range_.embeddings() ? 0 : final_unit(); }
-  // Layers whose attention keeps saved tensors at once (1 under full checkpointing).
+  // Layers whose attention keeps saved tensors at once (1 under full checkpointing; keep_attention keeps
+  // every layer's).
   int layers_saving_attention() const {
     return memory_.checkpoint == CheckpointPolicy::full ? 1 : range_.layers();
   }

@@ -42,23 +42,26 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
                                 bool shared_qkv_, const MemoryOptions& memory) {
   const bool head = range_.head(c);
   const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
-  const bool recompute_ = memory.checkpoint == CheckpointPolicy::full;
-  work_layer = -1;
+  kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      recompute == recompute_)
+      kept.policy == memory.checkpoint && !kept.layers.empty())
     return;
-  B = B_, T = T_, range = range_, shared_qkv = shared_qkv_, head_chunk = chunk, recompute = recompute_;
+  B = B_, T = T_, range = range_, shared_qkv = shared_qkv_, head_chunk = chunk,
+  kept.policy = memory.checkpoint;
   const size_t N = size_t(B) * T, C = c.d_model, half = size_t(c.head_dim()) / 2;
-  layers.clear();
-  layers.resize(size_t(range.layers()));
-  for (LlamaLayerActs& l : layers) {
-    if (recompute)
-      l.residual3.resize(N * C);
-    else
+  kept.layers.clear();
+  kept.layers.resize(size_t(range.layers()));
+  for (LlamaLayerActs& l : kept.layers) {
+    if (!kept.recomputes()) {
       l.allocate(c, B, T, !shared_qkv);
+      continue;
+    }
+    l.residual3.resize(N * C);
+    if (kept.keeps_attention())
+      l.atty.resize(N * size_t(c.n_head) * c.head_dim()), l.lse.resize(size_t(B) * c.n_head * T);
   }
-  work = LlamaLayerActs();
-  if (recompute) work.allocate(c, B, T, !shared_qkv);
+  kept.work = LlamaLayerActs();
+  if (kept.recomputes()) kept.work.allocate(c, B, T, !shared_qkv);
   scratch.allocate(c, B, T, shared_qkv, true);
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
@@ -76,8 +79,8 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
 size_t LlamaActivations::bytes() const {
   size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn.bytes() + fn_rstd.bytes() +
                  logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
-                 dres.bytes() + scratch.bytes() + work.bytes();
-  for (const LlamaLayerActs& l : layers) total += l.bytes();
+                 dres.bytes() + scratch.bytes() + kept.work.bytes();
+  for (const LlamaLayerActs& l : kept.layers) total += l.bytes();
   return total;
 }
 
@@ -90,9 +93,14 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
   const size_t floats =
       2 * N * half + N * C * (1 + range.embeddings() + head) +
       (head ? 2 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
-  const size_t layers = memory.checkpoint == CheckpointPolicy::full
-                            ? L * N * C * sizeof(float) + LlamaLayerActs::bytes_for(c, B, T, !shared_qkv)
-                            : L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv);
+  // Recomputing policies: per layer its output [N, C] (keep_attention: also the attention's output
+  // [N, H D] and lse [B, H, T]), and one layer's activations to run or recompute.
+  const size_t whole = LlamaLayerActs::bytes_for(c, B, T, !shared_qkv);
+  size_t layers = L * whole;
+  if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + whole;
+  if (memory.checkpoint == CheckpointPolicy::keep_attention)
+    layers =
+        L * (N * C + N * size_t(c.n_head) * c.head_dim() + size_t(B) * c.n_head * T) * sizeof(float) + whole;
   return layers + LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
          3 * N * sizeof(int32_t);
 }
@@ -154,26 +162,16 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
     hooks_->after_forward(0);
   }
   const float* input = emb ? a.encoded.data() : a.input;
-  for (int l = range_.layer_begin; l < range_.layer_end; ++l) {
-    const size_t i = size_t(l - range_.layer_begin);
-    hooks_->before_forward(layer_unit(l));
-    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
-    LlamaLayerActs& la = a.recompute ? a.work : a.layers[i];
-    llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch, shape, rope,
-                        o);
-    if (a.recompute) {  // keep only the output, the next layer's input
-      observed(o, "memcpy.checkpoint", 0, [&] {
-        std::copy(la.residual3.data(), la.residual3.data() + size_t(N) * C, a.layers[i].residual3.data());
-      });
-      a.work_layer = l;
-    }
-    hooks_->after_forward(layer_unit(l));
-  }
+  forward_layers(a.kept, input, range_.layer_begin, range_.layers(), size_t(N) * C, o, *hooks_,
+                 layer_unit(range_.layer_begin),
+                 [&](LlamaLayerActs& la, const float* x, int l, bool attention_kept) {
+                   llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch,
+                                       shape, rope, o, attention_kept);
+                 });
   if (!has_head()) return;
   hooks_->before_forward(final_unit());
   observed(o, "rmsnorm.fwd", 0, [&] {
-    rmsnorm_forward(a.fn.data(), a.fn_rstd.data(), a.layers.back().residual3.data(), w(*names_.norm), N, C,
-                    float(c.rms_norm_eps));
+    rmsnorm_forward(a.fn.data(), a.fn_rstd.data(), a.output(), w(*names_.norm), N, C, float(c.rms_norm_eps));
   });
   hooks_->after_forward(final_unit());
   // The LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
@@ -235,8 +233,8 @@ void Llama::backward(StageActivations& acts) {
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "rmsnorm.bwd", 0, [&] {
-      rmsnorm_backward(a.dres.data(), d(*names_.norm), dfn, a.layers.back().residual3.data(), w(*names_.norm),
-                       a.fn_rstd.data(), N, C);
+      rmsnorm_backward(a.dres.data(), d(*names_.norm), dfn, a.output(), w(*names_.norm), a.fn_rstd.data(), N,
+                       C);
     });
     hooks_->after_backward(final_unit());
   } else {
@@ -245,21 +243,16 @@ void Llama::backward(StageActivations& acts) {
     std::copy(a.output_grad, a.output_grad + size_t(N) * C, a.dres.data());
   }
   const float* input = emb ? a.encoded.data() : a.input;
-  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l) {
-    const size_t i = size_t(l - range_.layer_begin);
-    hooks_->before_backward(layer_unit(l));
-    const float* x = i == 0 ? input : a.layers[i - 1].residual3.data();
-    LlamaLayerActs& la = a.recompute ? a.work : a.layers[i];
-    if (a.recompute && a.work_layer != l) {
-      // Recompute the layer from its input with the forward's own calls (same shapes: same bits).
-      llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch, shape, rope,
-                          o);
-      a.work_layer = l;
-    }
-    llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
-                         resolve_llama_layer(names_.layer(l), d), *attention_, a.scratch, shape, rope, o);
-    hooks_->after_backward(layer_unit(l));
-  }
+  backward_layers(
+      a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+      [&](LlamaLayerActs& la, const float* x, int l, bool attention_kept) {
+        llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch, shape,
+                            rope, o, attention_kept);
+      },
+      [&](LlamaLayerActs& la, const float* x, int l) {
+        llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
+                             resolve_llama_layer(names_.layer(l), d), *attention_, a.scratch, shape, rope, o);
+      });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
   observed(o, "embedding.bwd", 0, [&] {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "odyssey/core/buffer.h"
+#include "odyssey/model/layer_loop.h"
 #include "odyssey/model/layer_stage.h"
 #include "odyssey/model/llama_block.h"
 #include "odyssey/model/llama_params.h"
@@ -25,12 +26,9 @@ struct LlamaActivations : StageActivations {
   IntBuffer tokens, targets, positions;  // [N]
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
   FloatBuffer encoded;                   // [N, C] the token embeddings (with the embeddings)
-  std::vector<LlamaLayerActs> layers;    // per layer; under full checkpointing only residual3
-  LlamaLayerActs work;                   // full checkpointing: the one layer being run or recomputed
-  int work_layer = -1;
-  bool recompute = false;
-  FloatBuffer fn, fn_rstd;  // [N, C], [N] the final RMSNorm (with the head)
-  FloatBuffer logits;       // [chunk, V]
+  KeptLayers<LlamaLayerActs> kept;       // per layer, as the checkpoint policy keeps them
+  FloatBuffer fn, fn_rstd;               // [N, C], [N] the final RMSNorm (with the head)
+  FloatBuffer logits;                    // [chunk, V]
   int head_chunk = 0;
   bool head_backward_done = false;
   FloatBuffer losses;  // [N]
@@ -42,7 +40,7 @@ struct LlamaActivations : StageActivations {
   size_t bytes() const override;
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
                           const MemoryOptions& memory);
-  const float* output() const override { return layers.back().residual3.data(); }
+  const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
 };
 

@@ -90,7 +90,7 @@ LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& l,
 
 void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
                          AttentionOp& attention, LlamaBlockScratch& scratch, const LlamaShape& s,
-                         const RopeTables& rope, OpObserver* o) {
+                         const RopeTables& rope, OpObserver* o, bool attention_kept) {
   const int N = s.N(), C = s.C, W = s.qkv_width(), HD = s.H * s.D;
   const size_t NC = size_t(N) * C;
   ODY_CHECK(a.an.size() >= NC && a.h.size() >= size_t(N) * s.F,
@@ -105,8 +105,9 @@ void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTens
     rope_forward(qkv, W, N, s.H, s.D, rope.cos, rope.sin);         // q heads
     rope_forward(qkv + HD, W, N, s.Hkv, s.D, rope.cos, rope.sin);  // k heads
   });
-  observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
-           [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
+  if (!attention_kept)
+    observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
+             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
   observed(o, "gemm.fwd.attn_proj", lin_flops(HD, C),
            [&] { linear_forward(a.residual2.data(), a.atty.data(), w.o_w, nullptr, N, HD, C); });
   observed(o, "residual.add", 0, [&] { accumulate(a.residual2.data(), x, NC); });

@@ -75,10 +75,12 @@ struct LlamaLayerTensors {
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& layer,
                                       const std::function<float*(const ParamInfo&)>& at);
 
-// a = block(x); x [N, C] is not modified.
+// a = block(x); x [N, C] is not modified. attention_kept: a.atty, a.lse and a.attention already hold this
+// layer's attention (kept by a checkpoint policy), which is not run again; everything else is recomputed.
+//.
 void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
                          AttentionOp& attention, LlamaBlockScratch& scratch, const LlamaShape& s,
-                         const RopeTables& rope, OpObserver* observer = nullptr);
+                         const RopeTables& rope, OpObserver* observer = nullptr, bool attention_kept = false);
 
 // dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
 void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,

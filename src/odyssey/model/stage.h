@@ -27,12 +27,18 @@
 namespace odyssey {
 
 // What a stage keeps of a micro-batch for its backward (long-context-memory.md; the [memory] keys).
-// checkpoint: none keeps every layer's activations; full keeps each layer's output (the next layer's
-// input) and recomputes the layer in its backward, issuing exactly the forward's calls, so losses and
-// gradients are bitwise those of none.
-enum class CheckpointPolicy { none, full };
-inline constexpr EnumNames<CheckpointPolicy, 2> kCheckpointPolicyNames = {
-    {{"none", CheckpointPolicy::none}, {"full", CheckpointPolicy::full}}};
+// checkpoint: none keeps every layer's activations; keep_attention keeps each layer's output and its
+// attention's output, lse and saved tensors, and recomputes the rest of the layer in its backward;
+// full keeps each layer's output (the next layer's input) and recomputes the whole layer. Recomputing
+// issues exactly the forward's calls, so losses and gradients are bitwise those of none
+// (model/layer_loop.h). auto is resolved by the trainer to the fastest that fits (none, then
+// keep_attention, then full); a stage never sees it.
+enum class CheckpointPolicy { none, keep_attention, full, automatic };
+inline constexpr EnumNames<CheckpointPolicy, 4> kCheckpointPolicyNames = {
+    {{"none", CheckpointPolicy::none},
+     {"keep_attention", CheckpointPolicy::keep_attention},
+     {"full", CheckpointPolicy::full},
+     {"auto", CheckpointPolicy::automatic}}};
 struct MemoryOptions {
   CheckpointPolicy checkpoint = CheckpointPolicy::none;
   int head_chunk_tokens = 0;  // rows of LM-head logits held at once (0: the whole micro-batch)

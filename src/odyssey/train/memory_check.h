@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace odyssey {
 
@@ -17,7 +18,14 @@ struct HostMemoryNeed {
   uint64_t activations_per_rank = 0;  // one micro-batch on this rank's sequence shard (not yet allocated)
   int ranks_on_host = 1;
   int seq_len = 0, tokens_per_rank = 0, micro_batch = 0;  // for the message
+  const char* checkpoint = "none";                        // the memory.checkpoint policy it was sized for
 };
+
+// "1.25 GiB", or "3.4 MiB" below a GiB.
+std::string size(uint64_t bytes);
+
+// True when check_host_memory would pass.
+bool fits_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes);
 
 // budget_gb > 0: the job may use that much of each host in all (train.host_memory_gb), state included.
 // budget_gb == 0: the activations must fit in available_bytes (MemAvailable, read after the state was

@@ -122,7 +122,10 @@ struct Run {
         arch(architecture(c.model.arch)),
         model(arch.make_stage(c.model, StageRange{}, false)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
-    model->set_memory(MemoryOptions{c.memory.checkpoint, c.memory.head_chunk_tokens});
+    // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
+    const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
+    model->set_memory(
+        MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint, c.memory.head_chunk_tokens});
     engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
     if (grid.sp().size() > 1) {
@@ -138,17 +141,42 @@ struct Run {
   int seq_len() const { return config.seq_len(); }
 
   // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
+  // memory.checkpoint = auto picks the first policy that fits, in order of speed (none, keep_attention,
+  // full), and says which and why; nothing fitting is refused with full's numbers.
   HostMemoryNeed check_memory(uint64_t host_available, bool dry_run) {
     const TrainConfig& tc = config.train;
     HostMemoryNeed need;
     if (tc.steps == 0 && !dry_run) return need;
     const MemoryReport state = engine->memory();
-    need.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
-    need.tokens_per_rank = seq_len() / grid.sp().size();
-    need.activations_per_rank = model->activation_bytes_for(tc.micro_batch, need.tokens_per_rank);
-    need.ranks_on_host = host_layout(world).local_size;
-    need.seq_len = seq_len();
-    need.micro_batch = tc.micro_batch;
+    auto need_for = [&](CheckpointPolicy policy) {
+      model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens});
+      HostMemoryNeed n;
+      n.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
+      n.tokens_per_rank = seq_len() / grid.sp().size();
+      n.activations_per_rank = model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank);
+      n.ranks_on_host = host_layout(world).local_size;
+      n.seq_len = seq_len();
+      n.micro_batch = tc.micro_batch;
+      n.checkpoint = enum_name(kCheckpointPolicyNames, policy);
+      return n;
+    };
+    if (config.memory.checkpoint != CheckpointPolicy::automatic) {
+      need = need_for(config.memory.checkpoint);
+    } else {
+      std::string tried;
+      for (CheckpointPolicy policy :
+           {CheckpointPolicy::none, CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+        need = need_for(policy);
+        const bool fits = fits_host_memory(need, tc.host_memory_gb, host_available);
+        tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", need.checkpoint,
+                             size(need.activations_per_rank));
+        if (fits) break;
+      }
+      if (root())
+        log_info(
+            "memory.checkpoint = auto: {} (activations per rank: {}; the first that fits, in order of speed)",
+            need.checkpoint, tried);
+    }
     check_host_memory(need, tc.host_memory_gb, host_available);
     return need;
   }
@@ -258,9 +286,11 @@ void log_dry_run(const HostMemoryNeed& need, int zero_stage, int micro_batch, ui
   const double gib = double(uint64_t{1} << 30);
   log_info(
       "dry run: per rank {:.3f} GiB of model state (ZeRO stage {}) + {:.3f} GiB of activations "
-      "({} tokens x micro_batch {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} GiB available",
+      "({} tokens x micro_batch {}, memory.checkpoint = {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} "
+      "GiB "
+      "available",
       need.state_per_rank / gib, zero_stage, need.activations_per_rank / gib, need.tokens_per_rank,
-      micro_batch, need.ranks_on_host,
+      micro_batch, need.checkpoint, need.ranks_on_host,
       (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib);
 }
 
