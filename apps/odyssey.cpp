@@ -215,15 +215,20 @@ int main(int argc, char** argv) {
   gen->add_option("--seed", sampling.seed, "sampling seed");
   bool no_kv_cache = false;
   gen->add_flag("--no-kv-cache", no_kv_cache, "recompute the whole window for every token (slower)");
-  gen->add_option("--tokenizer", tokenizer_name, "bytes | gpt2 (default: the one the run trained with)");
-  gen->add_option("--vocab-dir", vocab_dir, "directory with encoder.json and vocab.bpe (gpt2)");
+  gen->add_option("--tokenizer", tokenizer_name,
+                  std::string(kTokenizerNames) + " (default: the one the run trained with)");
+  gen->add_option("--vocab-dir", vocab_dir,
+                  "the tokenizer's files (gpt2: encoder.json, vocab.bpe; others: <name>.json); default "
+                  "$ODYSSEY_CACHE/<name>");
 
   PrepareOptions prep;
   auto* prepare = app.add_subcommand("prepare", "tokenize text files into train/val token shards");
   prepare->add_option("--input", prep.inputs, "text files (each one document)")->required();
   prepare->add_option("--output", prep.output_dir, "output directory")->required();
-  prepare->add_option("--tokenizer", prep.tokenizer, "bytes | gpt2");
-  prepare->add_option("--vocab-dir", prep.vocab_dir, "directory with encoder.json and vocab.bpe (gpt2)");
+  prepare->add_option("--tokenizer", prep.tokenizer, kTokenizerNames);
+  prepare->add_option("--vocab-dir", prep.vocab_dir,
+                      "the tokenizer's files (gpt2: encoder.json, vocab.bpe; others: <name>.json); default "
+                      "$ODYSSEY_CACHE/<name>");
   prepare->add_option("--val-fraction", prep.val_fraction, "share of documents for validation")
       ->check(CLI::Range(0.0, 1.0));
   bool quiet = false;

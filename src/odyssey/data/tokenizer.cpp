@@ -1,7 +1,11 @@
 #include "odyssey/data/tokenizer.h"
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "odyssey/core/error.h"
 #include "odyssey/data/gpt2_tokenizer.h"
+#include "odyssey/data/tiktoken_vocabulary.h"
 
 namespace odyssey {
 
@@ -36,10 +40,22 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer() {
   return std::make_unique<ByteTokenizer>();
 }
 
+std::string default_vocab_dir(const std::string& name) {
+  const char* env = std::getenv("ODYSSEY_CACHE");
+  const std::filesystem::path cache = env != nullptr && *env != '\0' ? env : "cache";
+  return (cache / name).string();
+}
+
+bool is_tokenizer_name(const std::string& name) {
+  return name == "bytes" || name == "gpt2" || is_tiktoken_tokenizer(name);
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_dir) {
   if (name == "bytes") return make_byte_tokenizer();
-  if (name == "gpt2") return make_gpt2_tokenizer(vocab_dir);
-  fail("unknown tokenizer '{}' (expected bytes or gpt2)", name);
+  const std::string dir = vocab_dir.empty() ? default_vocab_dir(name) : vocab_dir;
+  if (name == "gpt2") return make_gpt2_tokenizer(dir);
+  if (is_tiktoken_tokenizer(name)) return make_tiktoken_tokenizer(name, dir);
+  fail("unknown tokenizer '{}' (expected {})", name, kTokenizerNames);
 }
 
 }  // namespace odyssey

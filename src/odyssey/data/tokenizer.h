@@ -1,5 +1,5 @@
-// Tokenizers: text <-> token ids. `bytes` maps each byte to its value (vocab 256); `gpt2` is GPT-2's
-// byte-level BPE (issue 3).
+// Tokenizers: text <-> token ids. `bytes` maps each byte to its value (vocab 256); `gpt2`,
+// `cl100k_base`, `o200k_base` and `llama3` are byte-level BPE in tiktoken's model (bpe_tokenizer.h).
 #pragma once
 
 #include <memory>
@@ -24,7 +24,17 @@ class Tokenizer {
 // Byte-level: id = byte value, vocab 256, no end-of-text token.
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
-// Looks a tokenizer up by name ("bytes", "gpt2"); vocab_dir holds encoder.json + vocab.bpe for gpt2.
+inline constexpr const char* kTokenizerNames = "bytes, gpt2, cl100k_base, o200k_base or llama3";
+
+// True for the names of kTokenizerNames.
+bool is_tokenizer_name(const std::string& name);
+
+// $ODYSSEY_CACHE/<name> ($ODYSSEY_CACHE defaults to ./cache): where a tokenizer's files are fetched to.
+std::string default_vocab_dir(const std::string& name);
+
+// Looks a tokenizer up by name (kTokenizerNames). vocab_dir holds its files (gpt2: encoder.json +
+// vocab.bpe; the others <name>.json); empty means default_vocab_dir(name). A missing file names the
+// script that fetches it.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const std::string& vocab_dir = "");
 
 }  // namespace odyssey

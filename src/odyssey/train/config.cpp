@@ -8,6 +8,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/data/tokenizer.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/sequence_shard.h"
 #include "odyssey/parallel/ulysses.h"
@@ -255,8 +256,8 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.threads >= 0, "train.threads must be >= 0, got {}", t.threads);
   ODY_CHECK(t.host_memory_gb >= 0, "train.host_memory_gb must be >= 0, got {}", t.host_memory_gb);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
-  ODY_CHECK(data.tokenizer == "bytes" || data.tokenizer == "gpt2",
-            "data.tokenizer: unknown tokenizer '{}' (bytes, gpt2)", data.tokenizer);
+  ODY_CHECK(is_tokenizer_name(data.tokenizer), "data.tokenizer: unknown tokenizer '{}' ({})", data.tokenizer,
+            kTokenizerNames);
 
   const ParallelConfig& p = parallel;
   for (auto [name, v] : {std::pair{"parallel.sp_ulysses", p.sp_ulysses},

@@ -26,7 +26,7 @@ struct DataConfig {
   std::string train;  // token shard file or glob
   std::string val;    // optional
   bool shuffle = false;
-  std::string tokenizer = "bytes";  // how to decode samples: bytes | gpt2
+  std::string tokenizer = "bytes";  // how to decode samples (data/tokenizer.h: kTokenizerNames)
   std::string vocab_dir;            // encoder.json + vocab.bpe for gpt2
 };
 
