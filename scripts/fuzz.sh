@@ -14,6 +14,8 @@ parallel=${2:-1}
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 export OMP_NUM_THREADS=1
+# Inputs are written to a scratch file per execution: on tmpfs where there is one.
+[ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && export TMPDIR=/dev/shm
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++-14 \
   -DODYSSEY_FUZZ=ON -DODYSSEY_BUILD_TESTS=OFF -DODYSSEY_BUILD_BENCH=OFF >/dev/null

