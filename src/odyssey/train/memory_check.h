@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "odyssey/model/config.h"
+
 namespace odyssey {
 
 struct HostMemoryNeed {
@@ -31,5 +33,16 @@ bool fits_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t ava
 // budget_gb == 0: the activations must fit in available_bytes (MemAvailable, read after the state was
 // allocated); available_bytes == 0 (unknown) skips the check. Throws odyssey::Error naming the keys.
 void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes);
+
+// Before the model is allocated: the least model state a rank holds, fp32 weights, gradients and
+// AdamW moments (16 bytes a parameter) with ZeRO's shards over `replicas` ranks (stage 1 shards
+// the moments, 2 also the gradients, 3 also the weights).
+uint64_t min_state_bytes_per_rank(int64_t parameters, int zero_stage, int replicas);
+
+// A model whose state cannot fit (ranks_on_host x min_state_bytes_per_rank over the budget, or over
+// available_bytes when budget_gb == 0) is refused naming the model's size keys and what to change,
+// instead of failing inside the allocation (std::bad_alloc, or the out-of-memory killer).
+void check_model_state(const ModelConfig& model, int zero_stage, int replicas, int ranks_on_host,
+                       double budget_gb, uint64_t available_bytes);
 
 }  // namespace odyssey

@@ -98,6 +98,14 @@ ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
 // parallel attention, and the data. Rows are split over dp; each row's sequence over sp. Weights are
 // replicated over dp x sp, so their gradients are summed, and ZeRO shards, over dp_sp (= dp without
 // sequence parallelism).
+// A model too large for the host is refused before its allocation fails (also under --dry-run).
+std::unique_ptr<Stage> make_checked_model(const RunConfig& c, const Architecture& arch, int replicas,
+                                          Communicator& world) {
+  check_model_state(c.model, c.parallel.zero_stage, replicas, host_layout(world).local_size,
+                    c.train.host_memory_gb, available_memory_bytes());
+  return arch.make_stage(c.model, StageRange{}, false);
+}
+
 struct Run {
   const RunConfig& config;
   Communicator& world;
@@ -111,6 +119,7 @@ struct Run {
   std::unique_ptr<SequenceParallelAttention> sp_attention;
   SequenceShard shard;
   std::unique_ptr<TokenDataset> train_data, val_data;
+  std::string auto_note;  // which policy memory.checkpoint = auto picked, and why (logged at start)
 
   Run(const RunConfig& c, Communicator& w)
       : config(c),
@@ -120,7 +129,7 @@ struct Run {
         dp(grid.dp()),
         replicas(grid.dp_sp()),
         arch(architecture(c.model.arch)),
-        model(arch.make_stage(c.model, StageRange{}, false)),
+        model(make_checked_model(c, arch, replicas.size(), w)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
@@ -172,10 +181,9 @@ struct Run {
                              size(need.activations_per_rank));
         if (fits) break;
       }
-      if (root())
-        log_info(
-            "memory.checkpoint = auto: {} (activations per rank: {}; the first that fits, in order of speed)",
-            need.checkpoint, tried);
+      auto_note = fmt::format(
+          "memory.checkpoint = auto: {} (activations per rank: {}; the first that fits, in order of speed)",
+          need.checkpoint, tried);
     }
     check_host_memory(need, tc.host_memory_gb, host_available);
     return need;
@@ -256,6 +264,7 @@ struct Run {
     std::string layout = grid.describe();
     while (!layout.empty() && layout.back() == '\n') layout.pop_back();
     log_info("{}", layout);
+    if (!auto_note.empty()) log_info("{}", auto_note);
     log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
              config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
              config.model.vocab_size, model->table().total() / 1e6);
@@ -318,6 +327,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const HostMemoryNeed need = run.check_memory(host_available, dry_run);
   run.open_data();
   if (dry_run) {
+    if (root && !run.auto_note.empty()) log_info("{}", run.auto_note);
     if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
     TrainResult r;
     r.memory = need;

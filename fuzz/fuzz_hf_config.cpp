@@ -1,0 +1,20 @@
+// Fuzz target: a Hugging Face config.json as `import-hf` reads it. GPT-2 only for now; Llama's reader
+// (checkpoint/hf_llama*) gets its own target, fuzz_hf_llama_config.cpp, when it lands. Anything but
+// an odyssey::Error is a finding.
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz_input.h"
+#include "odyssey/checkpoint/hf_gpt2.h"
+#include "odyssey/core/error.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  odyssey::fuzz::write_scratch("config.json", odyssey::fuzz::as_view(data, size));
+  try {
+    const odyssey::ModelConfig config = odyssey::read_hf_gpt2_config(odyssey::fuzz::scratch_dir().string());
+    config.validate();
+    (void)config.num_parameters();
+  } catch (const odyssey::Error&) {
+  }
+  return 0;
+}

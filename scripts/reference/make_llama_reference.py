@@ -1,0 +1,125 @@
+"""Reference data for tests/train/test_llama_reference.cpp: an independent float64 implementation of
+Hugging Face's LlamaForCausalLM (tensor-pipeline-parallelism.md §5.2, written from the definition; no
+transformers), on two tiny random models: untied with GQA 4/2 and Llama-3 RoPE scaling, and tied with
+one key/value head. For each: config.json (HF), model.safetensors (the parameters, float32, HF names),
+and reference.safetensors holding, in float64, the mean loss over the counted targets and the gradient
+of every parameter ("grad.<name>"), plus the batch ("inputs", "targets" as float64).
+
+Run with Debian's PyTorch: /usr/bin/python3 scripts/reference/make_llama_reference.py
+"""
+import json, math, os, struct
+import numpy as np
+import torch
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "data", "llama_ref")
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, (dtype, array) in tensors.items():
+        data = np.ascontiguousarray(array, dtype={"F32": "<f4", "F64": "<f8"}[dtype]).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def inv_freq(D, theta, scaling):
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.int64).float() / D))  # fp32, as HF
+    if scaling is None:
+        return inv
+    factor, low, high, orig = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"], \
+        scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > orig / low, inv / factor, inv)
+    smooth = (orig / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= orig / high) & (wavelen <= orig / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def make(name, cfg, seed):
+    torch.manual_seed(seed)
+    C, H, K, F, L, V = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], \
+        cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    D = cfg["head_dim"]
+    shapes = {"model.embed_tokens.weight": (V, C)}
+    for l in range(L):
+        p = f"model.layers.{l}."
+        shapes.update({p + "input_layernorm.weight": (C,), p + "self_attn.q_proj.weight": (H * D, C),
+                       p + "self_attn.k_proj.weight": (K * D, C), p + "self_attn.v_proj.weight": (K * D, C),
+                       p + "self_attn.o_proj.weight": (C, H * D), p + "post_attention_layernorm.weight": (C,),
+                       p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
+                       p + "mlp.down_proj.weight": (C, F)})
+    shapes["model.norm.weight"] = (C,)
+    if not cfg["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (V, C)
+    # float32 values (what the engine holds), used in float64; norms near 1, matrices large enough that
+    # attention is not uniform.
+    W = {}
+    for n, s in shapes.items():
+        x = 1 + 0.1 * torch.randn(s) if len(s) == 1 else 0.2 * torch.randn(s)
+        W[n] = x.float().double().requires_grad_(True)
+    B, T = 2, 11
+    ids = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    targets[0, 3] = -1
+    targets[1, 7] = -1
+    eps = cfg["rms_norm_eps"]
+    inv = inv_freq(D, cfg["rope_theta"], cfg.get("rope_scaling"))
+    angle = (torch.arange(T).float()[:, None] * inv[None, :]).float()  # fp32 angle, as HF
+    emb = torch.cat([angle, angle], -1)
+    cos, sin = emb.cos().double(), emb.sin().double()
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rotate_half(x):
+        return torch.cat([-x[..., D // 2:], x[..., :D // 2]], -1)
+
+    x = W["model.embed_tokens.weight"][ids]
+    mask = torch.triu(torch.full((T, T), float("-inf"), dtype=torch.float64), 1)
+    for l in range(L):
+        p = f"model.layers.{l}."
+        a = rms(x, W[p + "input_layernorm.weight"])
+        q = (a @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
+        k = (a @ W[p + "self_attn.k_proj.weight"].T).view(B, T, K, D).transpose(1, 2)
+        v = (a @ W[p + "self_attn.v_proj.weight"].T).view(B, T, K, D).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = k.repeat_interleave(H // K, 1), v.repeat_interleave(H // K, 1)
+        s = q @ k.transpose(-1, -2) / math.sqrt(D) + mask
+        o = (s.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D)
+        x = x + o @ W[p + "self_attn.o_proj.weight"].T
+        b = rms(x, W[p + "post_attention_layernorm.weight"])
+        g, u = b @ W[p + "mlp.gate_proj.weight"].T, b @ W[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * u) @ W[p + "mlp.down_proj.weight"].T
+    x = rms(x, W["model.norm.weight"])
+    head = W["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else W["lm_head.weight"]
+    logits = x @ head.T
+    loss = torch.nn.functional.cross_entropy(logits.view(-1, V), targets.view(-1), ignore_index=-1)
+    loss.backward()
+
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+    write_safetensors(os.path.join(d, "model.safetensors"),
+                      {n: ("F32", w.detach().numpy()) for n, w in W.items()})
+    ref = {"loss": ("F64", np.array([loss.item()])), "inputs": ("F64", ids.double().numpy()),
+           "targets": ("F64", targets.double().numpy())}
+    ref.update({"grad." + n: ("F64", w.grad.numpy()) for n, w in W.items()})
+    write_safetensors(os.path.join(d, "reference.safetensors"), ref)
+    print(name, "loss", loss.item())
+
+
+base = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+        "attention_bias": False, "mlp_bias": False, "hidden_size": 32, "intermediate_size": 56,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8, "vocab_size": 61,
+        "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
+make("untied_gqa_llama3", dict(base, num_key_value_heads=2, tie_word_embeddings=False,
+                               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8}), 1)
+make("tied_mqa", dict(base, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=10000.0), 2)
