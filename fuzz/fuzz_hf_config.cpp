@@ -1,6 +1,5 @@
-// Fuzz target: a Hugging Face config.json as `import-hf` reads it. GPT-2 only for now; Llama's reader
-// (checkpoint/hf_llama*) gets its own target, fuzz_hf_llama_config.cpp, when it lands. Anything but
-// an odyssey::Error is a finding.
+// Fuzz target: a Hugging Face GPT-2 config.json as `import --from hf-gpt2` reads it (Llama's:
+// fuzz_hf_llama_config.cpp). Anything but an odyssey::Error is a finding.
 #include <cstddef>
 #include <cstdint>
 

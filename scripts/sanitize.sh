@@ -7,15 +7,37 @@
 # Any ASan report, UBSan report (-fno-sanitize-recover: the first one fails the test) or leak fails
 # the test; leaks inside Open MPI's own libraries are suppressed by scripts/sanitizers/lsan.supp.
 #   bash scripts/sanitize.sh [ctest args, e.g. -R Safetensors]
+#   bash scripts/sanitize.sh --ci   the part CI runs within its time budget: the unit tests of the
+#                                   layers that parse outside input and own memory by hand (core, data,
+#                                   checkpoint, model), each executable run directly
+# Measured on this project's 2-core machines: the whole pass takes ~9.5 min to build, 4.4 min for the
+# unit tests and 6.9 min for the multi-rank tests; --ci about 6 min in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${SANITIZE_BUILD_DIR:-build-asan}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g0" -DODYSSEY_SANITIZE=ON \
   -DODYSSEY_BUILD_TESTS=ON -DODYSSEY_BUILD_BENCH=OFF >/dev/null
-ninja -C "$BUILD" -j"$(nproc)"
-export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1}
+ci_targets=()
+if [ "${1:-}" = --ci ]; then
+  shift
+  for src in tests/core/test_*.cpp tests/dataio/test_*.cpp tests/checkpoint/test_*.cpp tests/model/test_*.cpp; do
+    ci_targets+=("$(basename "$src" .cpp)")
+  done
+fi
+ninja -C "$BUILD" -j"$(nproc)" "${ci_targets[@]}"
+# fast_unwind_on_malloc=0: Open MPI's libraries keep no frame pointers, so only the slow unwinder
+# reaches the frames in libmpi / mca_* that the suppressions name.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:fast_unwind_on_malloc=0:strict_string_checks=1:detect_stack_use_after_return=1}
 export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI and PMIx unload their components (mca_*.so) at exit, leaving their allocations
+# unsymbolised, which the suppressions cannot match: keep them loaded.
+export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
+if [ ${#ci_targets[@]} -gt 0 ]; then
+  for t in "${ci_targets[@]}"; do "$BUILD/tests/$t" --gtest_brief=1 || { echo "sanitize: $t failed" >&2; exit 1; }; done
+  echo "sanitize: ${#ci_targets[@]} test executables passed under ASan + UBSan"
+  exit 0
+fi
 ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)" --timeout 900 -E '^cli\.' "$@"
