@@ -25,10 +25,12 @@ act=$(field activation_bytes_per_rank <<<"$out")
 ((act > one / 2 && act < one)) || fail "sp dry run: activations $act not between half and all of $one"
 [ -e "$WORK/run" ] && fail "sp dry run wrote $WORK/run"
 
+# Budgets that hold the model state (checked first, at construction) but not the activations.
 expect_error "dry run over the budget" "train.seq_len 256 x train.micro_batch 1 does not fit on this host: 1 rank\(s\)" \
-  "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --dry-run --set train.host_memory_gb=0.0001
+  "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --dry-run --set train.host_memory_gb=0.0015 \
+  --set memory.checkpoint=none
 expect_error "training over the budget" "does not fit on this host: 2 rank\(s\)" \
   mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" \
-  --set parallel.sp_ring=2 --set train.host_memory_gb=0.0001
+  --set parallel.sp_ring=2 --set train.host_memory_gb=0.003 --set memory.checkpoint=none
 [ -e "$WORK/run" ] && fail "a refused run wrote $WORK/run"
 finish
