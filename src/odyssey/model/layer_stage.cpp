@@ -1,5 +1,7 @@
 #include "odyssey/model/layer_stage.h"
 
+#include <algorithm>
+
 #include "odyssey/core/error.h"
 
 namespace odyssey {
@@ -44,6 +46,54 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
   ODY_CHECK(memory.checkpoint != CheckpointPolicy::automatic,
             "memory.checkpoint = auto must be resolved to a policy before the stage runs");
   memory_ = memory;
+}
+
+void LayerStage::take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T,
+                             int* tokens, int* token_positions, int* token_targets) const {
+  const int N = B * T, V = config_.vocab_size;
+  const bool emb = range_.embeddings();
+  for (int i = 0; i < N; ++i) {
+    const int token = emb ? inputs[i] : 0;
+    ODY_CHECK(token >= 0 && token < V, "token id {} at row {}, position {} is outside the vocabulary [0, {})",
+              token, i / T, i % T, V);
+    const int pos = positions ? positions[i % T] : i % T;
+    ODY_CHECK(pos >= 0 && pos < config_.seq_len, "position {} outside the model's context {}", pos,
+              config_.seq_len);
+    tokens[i] = token;
+    token_positions[i] = pos;
+    token_targets[i] = targets ? targets[i] : -1;
+  }
+}
+
+double LayerStage::head_loss(const float* x, const ParamInfo& head, const int* targets, float* losses,
+                             float* block, int chunk, float* dx, int N, float dloss, int64_t* count) {
+  ODY_CHECK(has_head(), "loss: the stage of layers [{}, {}) has no LM head", range_.layer_begin,
+            range_.layer_end);
+  const bool train = dloss > 0;
+  if (train) {
+    // The head's backward use of its unit (a tied head: the embedding's) starts here: its gradient
+    // accumulates chunk by chunk.
+    hooks_->before_backward(head_unit());
+    observed(observer_, "memset.act_grads", 0,
+             [&] { std::fill(dx, dx + size_t(N) * config_.d_model, 0.0f); });
+  }
+  LmHeadArgs a;
+  a.x = x;
+  a.w = param(head);
+  a.targets = targets;
+  a.losses = losses;
+  a.block = block;
+  a.dx = dx;
+  a.dw = train ? grad(head) : nullptr;
+  a.N = N, a.C = config_.d_model, a.V = config_.vocab_size, a.chunk = chunk;
+  a.dloss = dloss;
+  lm_head_loss(a, observer_);
+  double sum = 0;
+  int64_t n = 0;
+  for (int i = 0; i < N; ++i)
+    if (targets[i] >= 0) sum += losses[i], ++n;
+  if (count) *count = n;
+  return sum;
 }
 
 }  // namespace odyssey

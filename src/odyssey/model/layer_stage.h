@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "odyssey/core/buffer.h"
+#include "odyssey/model/lm_head.h"
 #include "odyssey/model/stage.h"
 
 namespace odyssey {
@@ -59,6 +60,16 @@ class LayerStage : public Stage {
   int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
   int final_unit() const { return table_.num_units() - 1; }
   int head_unit() const { return tied_head_ && range_.embeddings() ? 0 : final_unit(); }
+  // Checks a micro-batch's tokens and positions and copies them, with the targets, into tokens,
+  // positions, targets [B*T] (inputs are read only with the embeddings; targets null: none counted).
+  void take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T, int* tokens,
+                   int* token_positions, int* token_targets) const;
+  // The fused, chunked LM head and its loss (lm_head.h) over the final norm's output x [N, C] with the
+  // head matrix `head`: the sum of the counted tokens' losses, their count in *count; with dloss > 0
+  // also dx (zeroed first) and the head's gradient, its backward use beginning here (the hooks).
+  double head_loss(const float* x, const ParamInfo& head, const int* targets, float* losses, float* block,
+                   int chunk, float* dx, int N, float dloss, int64_t* count);
+
   // Layers whose attention keeps saved tensors at once (1 under full checkpointing; keep_attention keeps
   // every layer's).
   int layers_saving_attention() const {

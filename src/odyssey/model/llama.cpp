@@ -8,7 +8,6 @@
 #include "odyssey/kernels/linear.h"
 #include "odyssey/kernels/rmsnorm.h"
 #include "odyssey/kernels/rope.h"
-#include "odyssey/model/lm_head.h"
 
 namespace odyssey {
 
@@ -135,17 +134,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
             range_.layer_begin, range_.layer_end);
   a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_);
   a.head_backward_done = false;
-  const int N = B * T, C = c.d_model, V = c.vocab_size;
-  for (int i = 0; i < N; ++i) {
-    const int token = emb ? inputs[i] : 0;
-    ODY_CHECK(token >= 0 && token < V, "token id {} at row {}, position {} is outside the vocabulary [0, {})",
-              token, i / T, i % T, V);
-    const int pos = positions ? positions[i % T] : i % T;
-    ODY_CHECK(pos >= 0 && pos < c.seq_len, "position {} outside the model's context {}", pos, c.seq_len);
-    a.tokens[size_t(i)] = token;
-    a.positions[size_t(i)] = pos;
-    a.targets[size_t(i)] = targets ? targets[i] : -1;
-  }
+  const int N = B * T, C = c.d_model;
+  take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
   observed(o, "rope.tables", 0, [&] {
@@ -182,36 +172,11 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
 }
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
-  ODY_CHECK(has_head(), "loss: the stage of layers [{}, {}) has no LM head", range_.layer_begin,
-            range_.layer_end);
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  const int N = a.B * a.T, C = config_.d_model, V = config_.vocab_size;
-  auto w = [this](const ParamInfo& t) { return param(t); };
-  auto d = [this](const ParamInfo& t) { return grad(t); };
-  OpObserver* o = observer_;
-  float* dfn = a.scratch.dnorm.data();  // d(fn) [N, C]
-  const bool train = dloss > 0;
-  if (train) {
-    hooks_->before_backward(head_unit());  // the head's gradient accumulates chunk by chunk from here
-    observed(o, "memset.act_grads", 0, [&] { std::fill(dfn, dfn + size_t(N) * C, 0.0f); });
-  }
-  LmHeadArgs head;
-  head.x = a.fn.data();
-  head.w = w(*names_.lm_head);
-  head.targets = a.targets.data();
-  head.losses = a.losses.data();
-  head.block = a.logits.data();
-  head.dx = dfn;
-  head.dw = train ? d(*names_.lm_head) : nullptr;
-  head.N = N, head.C = C, head.V = V, head.chunk = a.head_chunk;
-  head.dloss = dloss;
-  lm_head_loss(head, o);
-  a.head_backward_done = train;
-  double sum = 0;
-  int64_t n = 0;
-  for (int i = 0; i < N; ++i)
-    if (a.targets[size_t(i)] >= 0) sum += a.losses[size_t(i)], ++n;
-  if (count) *count = n;
+  const double sum =
+      head_loss(a.fn.data(), *names_.lm_head, a.targets.data(), a.losses.data(), a.logits.data(),
+                a.head_chunk, a.scratch.dnorm.data(), a.B * a.T, dloss, count);
+  a.head_backward_done = dloss > 0;
   return sum;
 }
 
