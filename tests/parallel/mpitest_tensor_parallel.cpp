@@ -94,9 +94,9 @@ void check_linear_pair(bool sp) {
   tp.stats().reset();
   column_linear_forward(tp, h_r.data(), x_in.data(), W1_r.data(), b1_r.data(), d1, s);
   row_linear_forward(tp, y_out.data(), h_r.data(), W2_r.data(), b2.data(), d2, s);
-  const uint64_t fwd_ag = tp.stats().bytes(CommKind::all_gather),
-                 fwd_rs = tp.stats().bytes(CommKind::reduce_scatter),
-                 fwd_ar = tp.stats().bytes(CommKind::all_reduce);
+  const uint64_t fwd_ag = tp.stats().group_bytes("tp", CommKind::all_gather),
+                 fwd_rs = tp.stats().group_bytes("tp", CommKind::reduce_scatter),
+                 fwd_ar = tp.stats().group_bytes("tp", CommKind::all_reduce);
   tp.stats().reset();
   row_linear_backward(tp, dh_r.data(), dW2_r.data(), db2_out.data(), dy_in.data(), h_r.data(), W2_r.data(),
                       d2, s);
@@ -116,9 +116,9 @@ void check_linear_pair(bool sp) {
   // §1.10 for one column + row pair (half a layer), T = n tokens, B_e = 4:
   //   plain: forward one all-reduce (2 f T C B_e), backward one all-reduce (column dx);
   //   TP-SP (re-gather): forward AG + RS (2 f T C B_e), backward AG dy + AG x + RS dx (3 f T C B_e).
-  const uint64_t bwd_ag = tp.stats().bytes(CommKind::all_gather),
-                 bwd_rs = tp.stats().bytes(CommKind::reduce_scatter),
-                 bwd_ar = tp.stats().bytes(CommKind::all_reduce);
+  const uint64_t bwd_ag = tp.stats().group_bytes("tp", CommKind::all_gather),
+                 bwd_rs = tp.stats().group_bytes("tp", CommKind::reduce_scatter),
+                 bwd_ar = tp.stats().group_bytes("tp", CommKind::all_reduce);
   const uint64_t f = f_bytes(n * C, t);
   if (sp) {
     EXPECT_EQ(fwd_ag + fwd_rs, 2 * f);
@@ -176,10 +176,10 @@ void check_embedding(int64_t V, bool slice_tokens) {
   FloatBuffer scratch;
   tp.stats().reset();
   vocab_embedding_forward(tp, e_out.data(), ids.data(), E_r.data(), vs, n, C, slice_tokens, scratch);
-  const uint64_t fwd = tp.stats().total_bytes();
+  const uint64_t fwd = tp.stats().group_bytes("tp");
   tp.stats().reset();
   vocab_embedding_backward(tp, dE_r.data(), de_in.data(), ids.data(), vs, n, C, slice_tokens, scratch);
-  const uint64_t bwd = tp.stats().total_bytes();
+  const uint64_t bwd = tp.stats().group_bytes("tp");
 
   EXPECT_EQ(rel_error(e_out, rows_of(e, row0, rows, C)), 0.0) << "one term and zeros: exact";
   Vec want(vs.rows * C, 0.0f);
@@ -239,7 +239,7 @@ void check_cross_entropy(int64_t V) {
   tp.stats().reset();
   vp_cross_entropy_forward_backward(tp, dlogits_r.data(), got_fb.data(), targets.data(), vs, n, dloss,
                                     scratch);
-  const uint64_t bytes = tp.stats().bytes(CommKind::all_reduce);
+  const uint64_t bytes = tp.stats().group_bytes("tp", CommKind::all_reduce);
 
   EXPECT_LT(rel_error(got, losses), 1e-6);
   EXPECT_LT(rel_error(got_fb, losses_fb), 1e-6);
