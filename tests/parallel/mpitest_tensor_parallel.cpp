@@ -89,19 +89,18 @@ void check_linear_pair(bool sp) {
   const Vec x_in = rows_of(x, row0, rows, C), dy_in = rows_of(dy, row0, rows, C);
   Vec h_r(n * Or), y_out(rows * C), dh_r(n * Or, 0.0f), dx_out(rows * C, 0.0f), dW1_r(Or * C, 0.0f),
       db1_r(Or, 0.0f), dW2_r(C * Or, 0.0f), db2_out(C, 0.0f);
-  TpLinearScratch s;
-  const TpLinearDims d1{n, C, O, sp}, d2{n, O, C, sp};
+  TensorParallelLinears lin(tp, sp);
+  const LinearCall c1{n, C, Or, "fc"}, c2{n, Or, C, "fc_proj"};
+  EXPECT_EQ(lin.rows(n), rows);
   tp.stats().reset();
-  column_linear_forward(tp, h_r.data(), x_in.data(), W1_r.data(), b1_r.data(), d1, s);
-  row_linear_forward(tp, y_out.data(), h_r.data(), W2_r.data(), b2.data(), d2, s);
+  lin.column_forward(h_r.data(), x_in.data(), W1_r.data(), b1_r.data(), c1);
+  lin.row_forward(y_out.data(), h_r.data(), W2_r.data(), b2.data(), c2);
   const uint64_t fwd_ag = tp.stats().group_bytes("tp", CommKind::all_gather),
                  fwd_rs = tp.stats().group_bytes("tp", CommKind::reduce_scatter),
                  fwd_ar = tp.stats().group_bytes("tp", CommKind::all_reduce);
   tp.stats().reset();
-  row_linear_backward(tp, dh_r.data(), dW2_r.data(), db2_out.data(), dy_in.data(), h_r.data(), W2_r.data(),
-                      d2, s);
-  column_linear_backward(tp, dx_out.data(), dW1_r.data(), db1_r.data(), dh_r.data(), x_in.data(), W1_r.data(),
-                         d1, s);
+  lin.row_backward(dh_r.data(), dW2_r.data(), db2_out.data(), dy_in.data(), h_r.data(), W2_r.data(), c2);
+  lin.column_backward(dx_out.data(), dW1_r.data(), db1_r.data(), dh_r.data(), x_in.data(), W1_r.data(), c1);
   if (sp) tp_all_reduce(tp, db2_out.data(), C);  // a TP-SP partial sum: summed over tp once per step
 
   EXPECT_LT(rel_error(h_r, cols_of(h, n, O, r * Or, Or)), 1e-6) << "column output";
@@ -146,10 +145,9 @@ TEST(TensorParallel, TokenSlicesMustDivide) {
   if (tp.size() == 1) GTEST_SKIP() << "every count divides over one rank";
   Vec slice(37 * 3), full(37 * 3 * tp.size());
   EXPECT_THROW(tp_gather_tokens(tp, slice.data(), full.data(), 37, 3), Error);
-  TpLinearScratch s;
-  EXPECT_THROW(
-      column_linear_forward(tp, full.data(), slice.data(), slice.data(), nullptr, {4, 3, 37, false}, s),
-      Error);
+  TensorParallelLinears lin(tp, true);
+  EXPECT_THROW(lin.column_forward(full.data(), slice.data(), slice.data(), nullptr, {37, 3, 3, "qkv"}),
+               Error);
 }
 
 void check_embedding(int64_t V, bool slice_tokens) {

@@ -4,29 +4,22 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/elementwise.h"
-#include "odyssey/kernels/linear.h"
 #include "odyssey/parallel/tp_ops.h"
 
 namespace odyssey {
 
 namespace {
 
-// Exactly n floats of b, zeroed.
-float* zeroed(FloatBuffer& b, int64_t n) {
-  if (b.size() < size_t(n)) b.resize(size_t(n));
-  std::memset(b.data(), 0, size_t(n) * sizeof(float));
-  return b.data();
-}
-
 float* sized(FloatBuffer& b, int64_t n) {
   if (b.size() < size_t(n)) b.resize(size_t(n));
   return b.data();
 }
 
-int shard(const Communicator& tp, int features, const char* what) {
-  ODY_CHECK(features % tp.size() == 0, "tensor parallelism: {} {} features do not split over tp = {}",
-            features, what, tp.size());
-  return features / tp.size();
+// Exactly n floats of b, zeroed.
+float* zeroed(FloatBuffer& b, int64_t n) {
+  float* p = sized(b, n);
+  std::memset(p, 0, size_t(n) * sizeof(float));
+  return p;
 }
 
 // rows of y [rows, cols] += b [cols]
@@ -36,75 +29,60 @@ void add_bias(float* y, const float* b, int64_t rows, int cols) {
 
 }  // namespace
 
-void column_linear_forward(Communicator& tp, float* y_r, const float* x, const float* W_r, const float* b_r,
-                           const TpLinearDims& d, TpLinearScratch& s) {
-  const int out_r = shard(tp, d.out, "output");
-  const float* x_full = x;
-  if (d.sequence_parallel) {
-    float* g = sized(s.full, d.n * d.in);
-    tp_gather_tokens(tp, x, g, d.n, d.in);
-    x_full = g;
-  }
-  linear_forward(y_r, x_full, W_r, b_r, int(d.n), d.in, out_r);
+const float* TensorParallelLinears::gathered(const float* x, int64_t n, int X, const LinearCall& c) {
+  if (!sequence_parallel_) return x;
+  float* g = sized(full_, n * X);
+  observed(c.observer, "comm.tp.all_gather", 0, [&] { tp_gather_tokens(tp_, x, g, n, X); });
+  return g;
 }
 
-void column_linear_backward(Communicator& tp, float* dx, float* dW_r, float* db_r, const float* dy_r,
-                            const float* x, const float* W_r, const TpLinearDims& d, TpLinearScratch& s) {
-  const int out_r = shard(tp, d.out, "output");
-  const int N = int(d.n);
-  const float* x_full = x;
-  if (d.sequence_parallel) {  // re-gather the input (Megatron's default: the gathered copy is not kept)
-    float* g = sized(s.full, d.n * d.in);
-    tp_gather_tokens(tp, x, g, d.n, d.in);
-    x_full = g;
-  }
+void TensorParallelLinears::column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
+                                           const LinearCall& c) {
+  observed_forward(c, y_r, gathered(x, c.n, c.in, c), W_r, b_r);
+}
+
+void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                            const float* x, const float* W_r, const LinearCall& c) {
+  const float* x_full = gathered(x, c.n, c.in, c);
   // dx_partial [n, in]: this rank's output features' share of dx, reduced over tp (plain: all-reduce
   // to the full dx; TP-SP: reduce-scatter to this rank's slice) while the weight gradient is computed.
-  float* dxp = zeroed(s.partial, d.n * d.in);
-  linear_backward_input(dxp, dy_r, W_r, N, d.in, out_r);
-  const int64_t t = tp.size(), count = d.sequence_parallel ? d.n / t * d.in : d.n * d.in;
+  float* dxp = zeroed(partial_, c.n * c.in);
+  observed_backward_input(c, dxp, dy_r, W_r);
+  const int64_t count = rows(c.n) * c.in;
   float* reduced = dxp;
   RequestPtr pending;
-  if (t > 1 && d.sequence_parallel) {
-    reduced = sized(s.reduced, count);
-    pending = tp.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
-  } else if (t > 1) {
-    pending = tp.all_reduce_async(dxp, size_t(count), DType::f32);
+  if (tp_.size() > 1 && sequence_parallel_) {
+    reduced = sized(reduced_, count);
+    pending = tp_.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
+  } else if (tp_.size() > 1) {
+    pending = tp_.all_reduce_async(dxp, size_t(count), DType::f32);
   }
-  linear_backward_weight(dW_r, dy_r, x_full, N, d.in, out_r);
-  if (db_r) linear_backward_bias(db_r, dy_r, N, out_r);
-  if (pending) pending->wait();
+  observed_backward_weight(c, dW_r, dy_r, x_full);
+  observed_backward_bias(c, db_r, dy_r, c.n);
+  if (pending) observed(c.observer, "comm.tp.wait", 0, [&] { pending->wait(); });
   accumulate(dx, reduced, size_t(count));
 }
 
-void row_linear_forward(Communicator& tp, float* y, const float* x_r, const float* W_r, const float* b,
-                        const TpLinearDims& d, TpLinearScratch& s) {
-  const int in_r = shard(tp, d.in, "input");
-  const int64_t rows = d.sequence_parallel ? d.n / tp.size() : d.n;
-  if (d.sequence_parallel) {
-    float* p = sized(s.partial, d.n * d.out);
-    linear_forward(p, x_r, W_r, nullptr, int(d.n), in_r, d.out);
-    tp_reduce_scatter_tokens(tp, p, y, d.n, d.out);
+void TensorParallelLinears::row_forward(float* y, const float* x_r, const float* W_r, const float* b,
+                                        const LinearCall& c) {
+  if (sequence_parallel_) {
+    float* p = sized(partial_, c.n * c.out);
+    observed_forward(c, p, x_r, W_r, nullptr);
+    observed(c.observer, "comm.tp.reduce_scatter", 0,
+             [&] { tp_reduce_scatter_tokens(tp_, p, y, c.n, c.out); });
   } else {
-    linear_forward(y, x_r, W_r, nullptr, int(d.n), in_r, d.out);
-    tp_all_reduce(tp, y, d.n * d.out);
+    observed_forward(c, y, x_r, W_r, nullptr);
+    observed(c.observer, "comm.tp.all_reduce", 0, [&] { tp_all_reduce(tp_, y, c.n * c.out); });
   }
-  if (b) add_bias(y, b, rows, d.out);
+  if (b) add_bias(y, b, rows(c.n), c.out);  // after the reduction: before it, it would count t times
 }
 
-void row_linear_backward(Communicator& tp, float* dx_r, float* dW_r, float* db, const float* dy,
-                         const float* x_r, const float* W_r, const TpLinearDims& d, TpLinearScratch& s) {
-  const int in_r = shard(tp, d.in, "input");
-  const int64_t rows = d.sequence_parallel ? d.n / tp.size() : d.n;
-  if (db) linear_backward_bias(db, dy, int(rows), d.out);  // before the gather: never counted t times
-  const float* dy_full = dy;
-  if (d.sequence_parallel) {
-    float* g = sized(s.full, d.n * d.out);
-    tp_gather_tokens(tp, dy, g, d.n, d.out);
-    dy_full = g;
-  }
-  linear_backward_input(dx_r, dy_full, W_r, int(d.n), in_r, d.out);
-  linear_backward_weight(dW_r, dy_full, x_r, int(d.n), in_r, d.out);
+void TensorParallelLinears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy,
+                                         const float* x_r, const float* W_r, const LinearCall& c) {
+  observed_backward_bias(c, db, dy, rows(c.n));  // this rank's rows, before the gather
+  const float* dy_full = gathered(dy, c.n, c.out, c);
+  observed_backward_input(c, dx_r, dy_full, W_r);
+  observed_backward_weight(c, dW_r, dy_full, x_r);
 }
 
 }  // namespace odyssey
