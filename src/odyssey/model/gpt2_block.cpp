@@ -1,5 +1,6 @@
 #include "odyssey/model/gpt2_block.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "odyssey/core/error.h"
@@ -34,15 +35,17 @@ void linear_backward_observed(OpObserver* o, const char* dinp_name, const char* 
 
 }  // namespace
 
-void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv) {
+void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, int rows_, bool output) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model);
-  fit(ln1, N * C), fit(ln1_mean, N), fit(ln1_rstd, N);
+  rows = rows_ > 0 ? std::min(rows_, int(N)) : int(N);
+  const size_t R = size_t(rows);
+  fit(ln1, R * C), fit(ln1_mean, R), fit(ln1_rstd, R);
   fit(qkv, keep_qkv ? N * 3 * C : 0);
   fit(atty, N * C), fit(lse, size_t(B) * c.n_head * T);
-  fit(residual2, N * C);
-  fit(ln2, N * C), fit(ln2_mean, N), fit(ln2_rstd, N);
-  fit(fch, N * 4 * C), fit(fch_gelu, N * 4 * C);
-  fit(residual3, N * C);
+  fit(residual2, R * C);
+  fit(ln2, R * C), fit(ln2_mean, R), fit(ln2_rstd, R);
+  fit(fch, R * 4 * C), fit(fch_gelu, R * 4 * C);
+  fit(residual3, output ? N * C : 0);
   attention.reset();  // saved for another shape
 }
 
@@ -54,27 +57,35 @@ size_t Gpt2LayerActs::bytes() const {
   return n;
 }
 
-size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv) {
+size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, int rows, bool output) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model);
-  // ln1, atty, residual2, ln2, residual3 [N, C]; qkv [N, 3C]; fch, fch_gelu [N, 4C]; four [N]
-  // statistics; lse [B, H, T].
-  return (N * C * (5 + (keep_qkv ? 3 : 0) + 8) + 4 * N + size_t(B) * c.n_head * T) * sizeof(float);
+  const size_t R = rows > 0 ? std::min(size_t(rows), N) : N;
+  // Sequence-wide: atty [N, C], qkv [N, 3C], residual3 [N, C], lse [B, H, T]. Token-local (R rows):
+  // ln1, residual2, ln2 [R, C], fch, fch_gelu [R, 4C], four [R] statistics.
+  return (N * C * (1 + (keep_qkv ? 3 : 0) + (output ? 1 : 0)) + size_t(B) * c.n_head * T + R * C * 11 +
+          4 * R) *
+         sizeof(float);
 }
 
-void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward) {
+void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
+                                int chunk) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0;
+  const size_t R = size_t(RowChunks{int(N), chunk}.chunk_rows());
   fit(qkv, shared_qkv ? N * 3 * C : 0);
-  fit(dln, b * N * C), fit(datty, b * N * C), fit(dqkv, b * N * 3 * C);
-  fit(dfch, b * N * 4 * C), fit(dfch_gelu, b * N * 4 * C);
+  fit(datty, b * N * C), fit(dqkv, b * N * 3 * C);
+  fit(dln, b * R * C), fit(dfch, b * R * 4 * C), fit(dfch_gelu, b * R * 4 * C);
 }
 
 size_t Gpt2BlockScratch::bytes() const {
   return qkv.bytes() + dln.bytes() + datty.bytes() + dqkv.bytes() + dfch.bytes() + dfch_gelu.bytes();
 }
 
-size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward) {
+size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
+                                   int chunk) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model);
-  return N * C * ((shared_qkv ? 3 : 0) + (backward ? 1 + 1 + 3 + 8 : 0)) * sizeof(float);
+  const size_t R = size_t(RowChunks{int(N), chunk}.chunk_rows());
+  return (N * C * ((shared_qkv ? 3 : 0) + (backward ? 1 + 3 : 0)) + (backward ? R * C * 9 : 0)) *
+         sizeof(float);
 }
 
 Gpt2LayerTensors resolve_layer(const LayerParams& l, const std::function<float*(const ParamInfo&)>& at) {
@@ -82,79 +93,135 @@ Gpt2LayerTensors resolve_layer(const LayerParams& l, const std::function<float*(
           at(*l.ln2_w), at(*l.ln2_b), at(*l.fc_w),  at(*l.fc_b),  at(*l.fc_proj_w),   at(*l.fc_proj_b)};
 }
 
-void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
-                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o, bool attention_kept) {
-  const int N = s.N(), C = s.C;
-  const size_t NC = size_t(N) * C;
-  ODY_CHECK(a.ln1.size() >= NC && a.fch.size() >= 4 * NC,
-            "block forward: activations for fewer than {} tokens", N);
-  float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
-  auto lin_flops = [&](int in, int out) { return 2.0 * N * double(in) * out; };
+namespace {
+
+// Layer-norm 1 and the qkv projection of chunk j (qkv: the layer's [N, 3C]).
+void qkv_chunk_forward(Gpt2LayerActs& a, float* qkv, const float* x, const Gpt2LayerTensors& w,
+                       const RowChunks& rc, int j, int C, OpObserver* o) {
+  const int r = rc.begin(j), n = rc.size(j);
+  const size_t t = local_offset(r, a.rows, rc.N, 1);
+  float* ln1 = a.ln1.data() + t * C;
   observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, N, C);
+    layernorm_forward(ln1, a.ln1_mean.data() + t, a.ln1_rstd.data() + t, x + size_t(r) * C, w.ln1_w, w.ln1_b,
+                      n, C);
   });
-  observed(o, "gemm.fwd.qkv", lin_flops(C, 3 * C),
-           [&] { linear_forward(qkv, a.ln1.data(), w.qkv_w, w.qkv_b, N, C, 3 * C); });
-  // QK^T and PV over the causal half.
-  if (!attention_kept)
-    observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D(),
-             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D(), a.attention); });
+  observed(o, "gemm.fwd.qkv", 2.0 * n * double(C) * 3 * C,
+           [&] { linear_forward(qkv + size_t(r) * 3 * C, ln1, w.qkv_w, w.qkv_b, n, C, 3 * C); });
+}
+
+// The rest of chunk j after the attention: residual2, ln2, fc and gelu, and with out (the layer's
+// output [N, C]) the MLP's projection and residual3.
+void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2LayerTensors& w,
+                       const RowChunks& rc, int j, int C, OpObserver* o) {
+  const int r = rc.begin(j), n = rc.size(j);
+  const size_t t = local_offset(r, a.rows, rc.N, 1), nC = size_t(n) * C;
+  float* residual2 = a.residual2.data() + t * C;
+  float* ln2 = a.ln2.data() + t * C;
+  float* fch = a.fch.data() + t * 4 * C;
+  float* fch_gelu = a.fch_gelu.data() + t * 4 * C;
+  auto lin_flops = [&](int in, int outc) { return 2.0 * n * double(in) * outc; };
   // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
-  observed(o, "gemm.fwd.attn_proj", lin_flops(C, C),
-           [&] { linear_forward(a.residual2.data(), a.atty.data(), w.attn_proj_w, w.attn_proj_b, N, C, C); });
-  observed(o, "residual.add", 0, [&] { accumulate(a.residual2.data(), x, NC); });
+  observed(o, "gemm.fwd.attn_proj", lin_flops(C, C), [&] {
+    linear_forward(residual2, a.atty.data() + size_t(r) * C, w.attn_proj_w, w.attn_proj_b, n, C, C);
+  });
+  observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
   observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w.ln2_w,
-                      w.ln2_b, N, C);
+    layernorm_forward(ln2, a.ln2_mean.data() + t, a.ln2_rstd.data() + t, residual2, w.ln2_w, w.ln2_b, n, C);
   });
   observed(o, "gemm.fwd.fc", lin_flops(C, 4 * C),
-           [&] { linear_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, N, C, 4 * C); });
-  observed(o, "gelu.fwd", 0, [&] { gelu_forward(a.fch_gelu.data(), a.fch.data(), 4 * NC); });
-  observed(o, "gemm.fwd.fc_proj", lin_flops(4 * C, C), [&] {
-    linear_forward(a.residual3.data(), a.fch_gelu.data(), w.fc_proj_w, w.fc_proj_b, N, 4 * C, C);
-  });
-  observed(o, "residual.add", 0, [&] { accumulate(a.residual3.data(), a.residual2.data(), NC); });
+           [&] { linear_forward(fch, ln2, w.fc_w, w.fc_b, n, C, 4 * C); });
+  observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, 4 * nC); });
+  if (!out) return;
+  float* y = out + size_t(r) * C;
+  observed(o, "gemm.fwd.fc_proj", lin_flops(4 * C, C),
+           [&] { linear_forward(y, fch_gelu, w.fc_proj_w, w.fc_proj_b, n, 4 * C, C); });
+  observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+}
+
+}  // namespace
+
+void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
+                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o) {
+  const int N = s.N(), C = s.C;
+  const RowChunks rc{N, s.chunk};
+  ODY_CHECK(
+      a.rows >= rc.chunk_rows() && a.atty.size() >= size_t(N) * C && a.residual3.size() >= size_t(N) * C,
+      "block forward: activations for fewer than {} tokens", N);
+  float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
+  for (int j = 0; j < rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, rc, j, C, o);
+  // QK^T and PV over the causal half, the whole sequence at once.
+  observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D(),
+           [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D(), a.attention); });
+  for (int j = 0; j < rc.count(); ++j) mlp_chunk_forward(a, a.residual3.data(), x, w, rc, j, C, o);
 }
 
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
                          const Gpt2LayerTensors& g, AttentionOp& attention, Gpt2BlockScratch& sc,
-                         const BlockShape& s, OpObserver* o) {
+                         const BlockShape& s, OpObserver* o, const Recompute& re) {
   const int N = s.N(), C = s.C;
   const size_t NC = size_t(N) * C;
-  ODY_CHECK(sc.dfch.size() >= 4 * NC, "block backward: no backward scratch for {} tokens", N);
-  float* dfch_gelu = nullptr;
-  float* dfch = nullptr;
-  float* dln = nullptr;
+  const RowChunks rc{N, s.chunk};
+  ODY_CHECK(sc.dfch.size() >= size_t(rc.chunk_rows()) * 4 * C && a.rows >= rc.chunk_rows(),
+            "block backward: no backward scratch for {} tokens", N);
+  float* qkv = a.qkv.size() ? a.qkv.data() : sc.qkv.data();
+  if (re.qkv)
+    for (int j = 0; j < rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, rc, j, C, o);
+  if (re.attention)
+    observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D(),
+             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D(), a.attention); });
   float* datty = nullptr;
   float* dqkv = nullptr;
-  // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))).
-  observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, 4 * NC); });
-  linear_backward_observed(o, "gemm.dinp.fc_proj", "gemm.dweight.fc_proj", dfch_gelu, g.fc_proj_w,
-                           g.fc_proj_b, dres, a.fch_gelu.data(), w.fc_proj_w, N, 4 * C, C);
-  observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, 4 * NC); });
-  observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, a.fch.data(), dfch_gelu, 4 * NC); });
-  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, NC); });
-  linear_backward_observed(o, "gemm.dinp.fc", "gemm.dweight.fc", dln, g.fc_w, g.fc_b, dfch, a.ln2.data(),
-                           w.fc_w, N, C, 4 * C);
-  observed(o, "layernorm.bwd", 0, [&] {
-    layernorm_backward(dres, g.ln2_w, g.ln2_b, dln, a.residual2.data(), w.ln2_w, a.ln2_mean.data(),
-                       a.ln2_rstd.data(), N, C);
-  });
-  // Attention: residual2 = x + proj(attn(qkv(ln1(x)))).
   observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, NC); });
-  linear_backward_observed(o, "gemm.dinp.attn_proj", "gemm.dweight.attn_proj", datty, g.attn_proj_w,
-                           g.attn_proj_b, dres, a.atty.data(), w.attn_proj_w, N, C, C);
+  // MLP and attention projection, chunk by chunk: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))),
+  // residual2 = x + proj(atty).
+  for (int j = 0; j < rc.count(); ++j) {
+    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, rc, j, C, o);
+    const int r = rc.begin(j), n = rc.size(j);
+    const size_t t = local_offset(r, a.rows, N, 1), nC = size_t(n) * C;
+    float* dr = dres + size_t(r) * C;
+    float *dfch_gelu = nullptr, *dfch = nullptr, *dln = nullptr;
+    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, 4 * nC); });
+    linear_backward_observed(o, "gemm.dinp.fc_proj", "gemm.dweight.fc_proj", dfch_gelu, g.fc_proj_w,
+                             g.fc_proj_b, dr, a.fch_gelu.data() + t * 4 * C, w.fc_proj_w, n, 4 * C, C);
+    observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, 4 * nC); });
+    observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, a.fch.data() + t * 4 * C, dfch_gelu, 4 * nC); });
+    observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
+    linear_backward_observed(o, "gemm.dinp.fc", "gemm.dweight.fc", dln, g.fc_w, g.fc_b, dfch,
+                             a.ln2.data() + t * C, w.fc_w, n, C, 4 * C);
+    observed(o, "layernorm.bwd", 0, [&] {
+      layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, a.residual2.data() + t * C, w.ln2_w,
+                         a.ln2_mean.data() + t, a.ln2_rstd.data() + t, n, C);
+    });
+    linear_backward_observed(o, "gemm.dinp.attn_proj", "gemm.dweight.attn_proj", datty + size_t(r) * C,
+                             g.attn_proj_w, g.attn_proj_b, dr, a.atty.data() + size_t(r) * C, w.attn_proj_w,
+                             n, C, C);
+  }
+  // Attention over the whole sequence.
   observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, 3 * NC); });
   observed(o, "attention.bwd", 4.0 * s.B * s.H * double(s.T) * s.T * s.D(), [&] {
     attention.backward(dqkv, datty, a.atty.data(), a.lse.data(), a.qkv.size() ? a.qkv.data() : nullptr, s.B,
                        s.T, s.H, s.D(), a.attention.get());
   });
-  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, NC); });
-  linear_backward_observed(o, "gemm.dinp.qkv", "gemm.dweight.qkv", dln, g.qkv_w, g.qkv_b, dqkv, a.ln1.data(),
-                           w.qkv_w, N, C, 3 * C);
-  observed(o, "layernorm.bwd", 0, [&] {
-    layernorm_backward(dres, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
-  });
+  // qkv and ln1, chunk by chunk (ln1 recomputed when the buffers hold one chunk of several).
+  const bool rerun_ln1 = re.token_local && rc.count() > 1;
+  for (int j = 0; j < rc.count(); ++j) {
+    const int r = rc.begin(j), n = rc.size(j);
+    const size_t t = local_offset(r, a.rows, N, 1), nC = size_t(n) * C;
+    float* dr = dres + size_t(r) * C;
+    float* dln = nullptr;
+    if (rerun_ln1)
+      observed(o, "layernorm.fwd", 0, [&] {
+        layernorm_forward(a.ln1.data() + t * C, a.ln1_mean.data() + t, a.ln1_rstd.data() + t,
+                          x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
+      });
+    observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
+    linear_backward_observed(o, "gemm.dinp.qkv", "gemm.dweight.qkv", dln, g.qkv_w, g.qkv_b,
+                             dqkv + size_t(r) * 3 * C, a.ln1.data() + t * C, w.qkv_w, n, C, 3 * C);
+    observed(o, "layernorm.bwd", 0, [&] {
+      layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, a.ln1_mean.data() + t,
+                         a.ln1_rstd.data() + t, n, C);
+    });
+  }
 }
 
 }  // namespace odyssey

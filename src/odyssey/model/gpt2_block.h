@@ -6,6 +6,13 @@
 //
 // Activations live in a Gpt2LayerActs the caller owns (one per layer per micro-batch in flight);
 // forward overwrites all of it, so a layer can be run again to recompute what it dropped.
+//
+// Sequence chunking (BlockShape::chunk, model/row_chunks.h): every token-local op runs over chunks of
+// rows, the attention over the whole sequence through the AttentionOp (its kernel is blockwise, and
+// Ulysses and ring need it whole). The forward runs ln1 + qkv chunk by chunk, the attention, then the
+// rest chunk by chunk; the backward runs the MLP and projection backward chunk by chunk, the attention
+// backward, then the qkv and ln1 backward chunk by chunk. Sequence-wide are only x, qkv, the
+// attention's output and lse, the output, and in backward d(residual), d(atty) and dqkv.
 #pragma once
 
 #include <cstddef>
@@ -16,11 +23,15 @@
 #include "odyssey/model/config.h"
 #include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/recompute.h"
+#include "odyssey/model/row_chunks.h"
 
 namespace odyssey {
 
 // One layer's activations for B rows of T tokens (N = B*T), kept for its backward. Buffers may be
-// larger than a call needs (the KV cache sizes them for its whole context once).
+// larger than a call needs (the KV cache sizes them for its whole context once). The token-local
+// buffers (ln1, residual2, ln2, fch, fch_gelu and the statistics) hold `rows` rows: all N (kept for
+// backward), or one chunk (a recomputing policy's working layer, which recomputes them per chunk).
 struct Gpt2LayerActs {
   FloatBuffer ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
   FloatBuffer qkv;                      // [N, 3C]; empty when the attention op saves its own copy
@@ -30,23 +41,29 @@ struct Gpt2LayerActs {
   FloatBuffer fch, fch_gelu;            // [N, 4C]
   FloatBuffer residual3;                // [N, C]  block output
   AttentionSavedPtr attention;          // what the attention op saved for backward (opaque)
+  int rows = 0;                         // rows the token-local buffers hold
 
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv);
+  // rows: token-local rows (0: all N); output: with residual3 (a working layer borrows the kept one).
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0, bool output = true);
   size_t bytes() const;  // attention's saved tensors included
-  // What allocate(config, B, T, keep_qkv) holds (the attention's saved tensors not included).
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv);
+  // What allocate(config, B, T, keep_qkv, rows, output) holds (the attention's saved tensors not included).
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0,
+                          bool output = true);
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's
-// activation gradients.
+// activation gradients (c rows: one chunk, see BlockShape::chunk). datty also carries the stage's
+// d(final norm output) from the LM head to the final norm's backward.
 struct Gpt2BlockScratch {
-  FloatBuffer qkv;               // [N, 3C] only when layers keep no qkv
-  FloatBuffer dln, datty, dqkv;  // [N, C], [N, C], [N, 3C]
-  FloatBuffer dfch, dfch_gelu;   // [N, 4C]
+  FloatBuffer qkv;              // [N, 3C] only when layers keep no qkv
+  FloatBuffer datty, dqkv;      // [N, C], [N, 3C]
+  FloatBuffer dln;              // [c, C]
+  FloatBuffer dfch, dfch_gelu;  // [c, 4C]
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0);
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+                          int chunk = 0);
 };
 
 // Where one layer's tensors are now (parameters or gradients): a unit's storage moves under ZeRO-3,
@@ -57,23 +74,24 @@ struct Gpt2LayerTensors {
 };
 Gpt2LayerTensors resolve_layer(const LayerParams& layer, const std::function<float*(const ParamInfo&)>& at);
 
-// The sizes a block call runs at.
+// The sizes a block call runs at; chunk: rows per token-local chunk (0: all N at once).
 struct BlockShape {
   int B, T, C, H;
+  int chunk = 0;
   int N() const { return B * T; }
   int D() const { return C / H; }
 };
 
-// a = block(x); x [N, C] is not modified. attention_kept: a.atty, a.lse and a.attention already hold this
-// layer's attention (kept by a checkpoint policy), which is not run again; everything else is recomputed.
-// (it is the previous layer's residual3 or the embeddings).
+// a = block(x); x [N, C] is not modified (it is the previous layer's residual3 or the embeddings).
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
-                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr,
-                        bool attention_kept = false);
+                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr);
 
-// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
+// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g. recompute: what a
+// checkpoint policy dropped and the backward reruns first, with the forward's own calls
+// (model/layer_loop.h).
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
                          const Gpt2LayerTensors& g, AttentionOp& attention, Gpt2BlockScratch& scratch,
-                         const BlockShape& s, OpObserver* observer = nullptr);
+                         const BlockShape& s, OpObserver* observer = nullptr,
+                         const Recompute& recompute = {});
 
 }  // namespace odyssey

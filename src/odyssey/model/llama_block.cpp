@@ -1,5 +1,6 @@
 #include "odyssey/model/llama_block.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "odyssey/core/error.h"
@@ -33,16 +34,18 @@ void linear_backward_observed(OpObserver* o, const char* dinp_name, const char* 
 
 }  // namespace
 
-void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv) {
+void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, int rows_, bool output) {
   const LlamaShape s = LlamaShape::of(c, B, T);
   const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
-  fit(an, N * C), fit(an_rstd, N);
+  rows = rows_ > 0 ? std::min(rows_, int(N)) : int(N);
+  const size_t R = size_t(rows);
+  fit(an, R * C), fit(an_rstd, R);
   fit(qkv, keep_qkv ? N * size_t(s.qkv_width()) : 0);
   fit(atty, N * HD), fit(lse, size_t(B) * s.H * T);
-  fit(residual2, N * C);
-  fit(bn, N * C), fit(bn_rstd, N);
-  fit(gate_up, N * 2 * F), fit(h, N * F);
-  fit(residual3, N * C);
+  fit(residual2, R * C);
+  fit(bn, R * C), fit(bn_rstd, R);
+  fit(gate_up, R * 2 * F), fit(h, R * F);
+  fit(residual3, output ? N * C : 0);
   attention.reset();
 }
 
@@ -54,33 +57,39 @@ size_t LlamaLayerActs::bytes() const {
   return n;
 }
 
-size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv) {
+size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, int rows, bool output) {
   const LlamaShape s = LlamaShape::of(c, B, T);
   const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
-  // an, residual2, bn, residual3 [N, C]; qkv; atty [N, H D]; gate_up [N, 2F], h [N, F]; two [N]
-  // statistics; lse [B, H, T].
-  return (N * C * 4 + (keep_qkv ? N * size_t(s.qkv_width()) : 0) + N * HD + N * F * 3 + 2 * N +
-          size_t(B) * s.H * T) *
+  const size_t R = rows > 0 ? std::min(size_t(rows), N) : N;
+  // Sequence-wide: qkv, atty [N, H D], residual3 [N, C], lse [B, H, T]. Token-local (R rows): an,
+  // residual2, bn [R, C], gate_up [R, 2F], h [R, F], two [R] statistics.
+  return ((keep_qkv ? N * size_t(s.qkv_width()) : 0) + N * HD + (output ? N * C : 0) + size_t(B) * s.H * T +
+          R * (3 * C + 3 * F + 2)) *
          sizeof(float);
 }
 
-void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward) {
+void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
+                                 int chunk) {
   const LlamaShape s = LlamaShape::of(c, B, T);
   const size_t N = size_t(s.N()), b = backward ? 1 : 0, W = size_t(s.qkv_width());
+  const size_t R = size_t(RowChunks{s.N(), chunk}.chunk_rows());
   fit(qkv, shared_qkv ? N * W : 0);
-  fit(dnorm, b * N * size_t(s.C)), fit(datty, b * N * size_t(s.H) * s.D), fit(dqkv, b * N * W);
-  fit(dh, b * N * size_t(s.F)), fit(dgate_up, b * N * 2 * size_t(s.F));
+  fit(datty, b * N * std::max(size_t(s.C), size_t(s.H) * s.D)), fit(dqkv, b * N * W);
+  fit(dnorm, b * R * size_t(s.C)), fit(dh, b * R * size_t(s.F)), fit(dgate_up, b * R * 2 * size_t(s.F));
 }
 
 size_t LlamaBlockScratch::bytes() const {
   return qkv.bytes() + dnorm.bytes() + datty.bytes() + dqkv.bytes() + dh.bytes() + dgate_up.bytes();
 }
 
-size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward) {
+size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
+                                    int chunk) {
   const LlamaShape s = LlamaShape::of(c, B, T);
   const size_t N = size_t(s.N()), W = size_t(s.qkv_width());
-  const size_t back = backward ? size_t(s.C) + size_t(s.H) * s.D + W + 3 * size_t(s.F) : 0;
-  return N * ((shared_qkv ? W : 0) + back) * sizeof(float);
+  const size_t R = size_t(RowChunks{s.N(), chunk}.chunk_rows());
+  const size_t whole = backward ? std::max(size_t(s.C), size_t(s.H) * s.D) + W : 0;
+  const size_t local = backward ? size_t(s.C) + 3 * size_t(s.F) : 0;
+  return (N * ((shared_qkv ? W : 0) + whole) + R * local) * sizeof(float);
 }
 
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& l,
@@ -88,77 +97,141 @@ LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& l,
   return {at(*l.attn_norm), at(*l.q), at(*l.o), at(*l.mlp_norm), at(*l.gate), at(*l.down)};
 }
 
+namespace {
+
+// RMSNorm, the qkv projection and RoPE of chunk j (qkv: the layer's [N, W]).
+void qkv_chunk_forward(LlamaLayerActs& a, float* qkv, const float* x, const LlamaLayerTensors& w,
+                       const LlamaShape& s, const RopeTables& rope, const RowChunks& rc, int j,
+                       OpObserver* o) {
+  const int r = rc.begin(j), n = rc.size(j), C = s.C, W = s.qkv_width(), HD = s.H * s.D;
+  const size_t t = local_offset(r, a.rows, rc.N, 1), half = size_t(s.D) / 2;
+  float* an = a.an.data() + t * C;
+  float* q = qkv + size_t(r) * W;
+  observed(o, "rmsnorm.fwd", 0,
+           [&] { rmsnorm_forward(an, a.an_rstd.data() + t, x + size_t(r) * C, w.attn_norm, n, C, s.eps); });
+  observed(o, "gemm.fwd.qkv", 2.0 * n * double(C) * W,
+           [&] { linear_forward(q, an, w.qkv_w, nullptr, n, C, W); });
+  const float* cos = rope.cos + size_t(r) * half;
+  const float* sin = rope.sin + size_t(r) * half;
+  observed(o, "rope.fwd", 0, [&] {
+    rope_forward(q, W, n, s.H, s.D, cos, sin);         // q heads
+    rope_forward(q + HD, W, n, s.Hkv, s.D, cos, sin);  // k heads
+  });
+}
+
+// The rest of chunk j after the attention: residual2, RMSNorm, gate|up and SwiGLU, and with out (the
+// layer's output [N, C]) the down projection and residual3.
+void mlp_chunk_forward(LlamaLayerActs& a, float* out, const float* x, const LlamaLayerTensors& w,
+                       const LlamaShape& s, const RowChunks& rc, int j, OpObserver* o) {
+  const int r = rc.begin(j), n = rc.size(j), C = s.C, HD = s.H * s.D, F = s.F;
+  const size_t t = local_offset(r, a.rows, rc.N, 1), nC = size_t(n) * C;
+  float* residual2 = a.residual2.data() + t * C;
+  float* bn = a.bn.data() + t * C;
+  float* gate_up = a.gate_up.data() + t * 2 * F;
+  float* h = a.h.data() + t * F;
+  auto lin_flops = [&](int in, int outc) { return 2.0 * n * double(in) * outc; };
+  observed(o, "gemm.fwd.attn_proj", lin_flops(HD, C),
+           [&] { linear_forward(residual2, a.atty.data() + size_t(r) * HD, w.o_w, nullptr, n, HD, C); });
+  observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
+  observed(o, "rmsnorm.fwd", 0,
+           [&] { rmsnorm_forward(bn, a.bn_rstd.data() + t, residual2, w.mlp_norm, n, C, s.eps); });
+  observed(o, "gemm.fwd.gate_up", lin_flops(C, 2 * F),
+           [&] { linear_forward(gate_up, bn, w.gate_up_w, nullptr, n, C, 2 * F); });
+  observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, n, F); });
+  if (!out) return;
+  float* y = out + size_t(r) * C;
+  observed(o, "gemm.fwd.down", lin_flops(F, C), [&] { linear_forward(y, h, w.down_w, nullptr, n, F, C); });
+  observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+}
+
+}  // namespace
+
 void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
                          AttentionOp& attention, LlamaBlockScratch& scratch, const LlamaShape& s,
-                         const RopeTables& rope, OpObserver* o, bool attention_kept) {
-  const int N = s.N(), C = s.C, W = s.qkv_width(), HD = s.H * s.D;
-  const size_t NC = size_t(N) * C;
-  ODY_CHECK(a.an.size() >= NC && a.h.size() >= size_t(N) * s.F,
+                         const RopeTables& rope, OpObserver* o) {
+  const int N = s.N();
+  const RowChunks rc{N, s.chunk};
+  ODY_CHECK(a.rows >= rc.chunk_rows() && a.residual3.size() >= size_t(N) * s.C,
             "block forward: activations for fewer than {} tokens", N);
   float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
-  auto lin_flops = [&](int in, int out) { return 2.0 * N * double(in) * out; };
-  observed(o, "rmsnorm.fwd", 0,
-           [&] { rmsnorm_forward(a.an.data(), a.an_rstd.data(), x, w.attn_norm, N, C, s.eps); });
-  observed(o, "gemm.fwd.qkv", lin_flops(C, W),
-           [&] { linear_forward(qkv, a.an.data(), w.qkv_w, nullptr, N, C, W); });
-  observed(o, "rope.fwd", 0, [&] {
-    rope_forward(qkv, W, N, s.H, s.D, rope.cos, rope.sin);         // q heads
-    rope_forward(qkv + HD, W, N, s.Hkv, s.D, rope.cos, rope.sin);  // k heads
-  });
-  if (!attention_kept)
-    observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
-             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
-  observed(o, "gemm.fwd.attn_proj", lin_flops(HD, C),
-           [&] { linear_forward(a.residual2.data(), a.atty.data(), w.o_w, nullptr, N, HD, C); });
-  observed(o, "residual.add", 0, [&] { accumulate(a.residual2.data(), x, NC); });
-  observed(o, "rmsnorm.fwd", 0, [&] {
-    rmsnorm_forward(a.bn.data(), a.bn_rstd.data(), a.residual2.data(), w.mlp_norm, N, C, s.eps);
-  });
-  observed(o, "gemm.fwd.gate_up", lin_flops(C, 2 * s.F),
-           [&] { linear_forward(a.gate_up.data(), a.bn.data(), w.gate_up_w, nullptr, N, C, 2 * s.F); });
-  observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(a.h.data(), a.gate_up.data(), N, s.F); });
-  observed(o, "gemm.fwd.down", lin_flops(s.F, C),
-           [&] { linear_forward(a.residual3.data(), a.h.data(), w.down_w, nullptr, N, s.F, C); });
-  observed(o, "residual.add", 0, [&] { accumulate(a.residual3.data(), a.residual2.data(), NC); });
+  for (int j = 0; j < rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, s, rope, rc, j, o);
+  observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
+           [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
+  for (int j = 0; j < rc.count(); ++j) mlp_chunk_forward(a, a.residual3.data(), x, w, s, rc, j, o);
 }
 
 void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
                           const LlamaLayerTensors& g, AttentionOp& attention, LlamaBlockScratch& sc,
-                          const LlamaShape& s, const RopeTables& rope, OpObserver* o) {
+                          const LlamaShape& s, const RopeTables& rope, OpObserver* o, const Recompute& re) {
   const int N = s.N(), C = s.C, W = s.qkv_width(), HD = s.H * s.D, F = s.F;
-  const size_t NC = size_t(N) * C;
-  ODY_CHECK(sc.dgate_up.size() >= size_t(N) * 2 * F, "block backward: no backward scratch for {} tokens", N);
-  float *dh = nullptr, *dnorm = nullptr, *datty = nullptr, *dqkv = nullptr;
-  float* dgate_up = sc.dgate_up.data();
-  // MLP: residual3 = residual2 + down(swiglu(gate_up(rmsnorm(residual2)))).
-  observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(N) * F); });
-  linear_backward_observed(o, "gemm.dinp.down", "gemm.dweight.down", dh, g.down_w, dres, a.h.data(), w.down_w,
-                           N, F, C);
-  observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, a.gate_up.data(), N, F); });
-  observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, NC); });
-  linear_backward_observed(o, "gemm.dinp.gate_up", "gemm.dweight.gate_up", dnorm, g.gate_up_w, dgate_up,
-                           a.bn.data(), w.gate_up_w, N, C, 2 * F);
-  observed(o, "rmsnorm.bwd", 0, [&] {
-    rmsnorm_backward(dres, g.mlp_norm, dnorm, a.residual2.data(), w.mlp_norm, a.bn_rstd.data(), N, C);
-  });
-  // Attention: residual2 = x + o_proj(attention(rope(qkv(rmsnorm(x))))).
+  const RowChunks rc{N, s.chunk};
+  const size_t half = size_t(s.D) / 2;
+  ODY_CHECK(sc.dgate_up.size() >= size_t(rc.chunk_rows()) * 2 * F && a.rows >= rc.chunk_rows(),
+            "block backward: no backward scratch for {} tokens", N);
+  float* qkv = a.qkv.size() ? a.qkv.data() : sc.qkv.data();
+  if (re.qkv)
+    for (int j = 0; j < rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, s, rope, rc, j, o);
+  if (re.attention)
+    observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
+             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
+  float *datty = nullptr, *dqkv = nullptr;
   observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * HD); });
-  linear_backward_observed(o, "gemm.dinp.attn_proj", "gemm.dweight.attn_proj", datty, g.o_w, dres,
-                           a.atty.data(), w.o_w, N, HD, C);
+  // MLP and output projection, chunk by chunk: residual3 = residual2 + down(swiglu(gate_up(rmsnorm(
+  // residual2)))), residual2 = x + o_proj(atty).
+  for (int j = 0; j < rc.count(); ++j) {
+    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, s, rc, j, o);
+    const int r = rc.begin(j), n = rc.size(j);
+    const size_t t = local_offset(r, a.rows, N, 1), nC = size_t(n) * C;
+    float* dr = dres + size_t(r) * C;
+    float *dh = nullptr, *dnorm = nullptr;
+    float* dgate_up = sc.dgate_up.data();
+    observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(n) * F); });
+    linear_backward_observed(o, "gemm.dinp.down", "gemm.dweight.down", dh, g.down_w, dr, a.h.data() + t * F,
+                             w.down_w, n, F, C);
+    observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, a.gate_up.data() + t * 2 * F, n, F); });
+    observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, nC); });
+    linear_backward_observed(o, "gemm.dinp.gate_up", "gemm.dweight.gate_up", dnorm, g.gate_up_w, dgate_up,
+                             a.bn.data() + t * C, w.gate_up_w, n, C, 2 * F);
+    observed(o, "rmsnorm.bwd", 0, [&] {
+      rmsnorm_backward(dr, g.mlp_norm, dnorm, a.residual2.data() + t * C, w.mlp_norm, a.bn_rstd.data() + t, n,
+                       C);
+    });
+    linear_backward_observed(o, "gemm.dinp.attn_proj", "gemm.dweight.attn_proj", datty + size_t(r) * HD,
+                             g.o_w, dr, a.atty.data() + size_t(r) * HD, w.o_w, n, HD, C);
+  }
+  // Attention over the whole sequence.
   observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * W); });
   observed(o, "attention.bwd", 4.0 * s.B * s.H * double(s.T) * s.T * s.D, [&] {
     attention.backward(dqkv, datty, a.atty.data(), a.lse.data(), a.qkv.size() ? a.qkv.data() : nullptr, s.B,
                        s.T, s.H, s.D, a.attention.get());
   });
-  observed(o, "rope.bwd", 0, [&] {
-    rope_backward(dqkv, W, N, s.H, s.D, rope.cos, rope.sin);
-    rope_backward(dqkv + HD, W, N, s.Hkv, s.D, rope.cos, rope.sin);
-  });
-  observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, NC); });
-  linear_backward_observed(o, "gemm.dinp.qkv", "gemm.dweight.qkv", dnorm, g.qkv_w, dqkv, a.an.data(), w.qkv_w,
-                           N, C, W);
-  observed(o, "rmsnorm.bwd", 0,
-           [&] { rmsnorm_backward(dres, g.attn_norm, dnorm, x, w.attn_norm, a.an_rstd.data(), N, C); });
+  // RoPE, qkv and RMSNorm, chunk by chunk (the norm recomputed when the buffers hold one chunk of
+  // several).
+  const bool rerun_norm = re.token_local && rc.count() > 1;
+  for (int j = 0; j < rc.count(); ++j) {
+    const int r = rc.begin(j), n = rc.size(j);
+    const size_t t = local_offset(r, a.rows, N, 1), nC = size_t(n) * C;
+    float* dr = dres + size_t(r) * C;
+    float* dq = dqkv + size_t(r) * W;
+    float* dnorm = nullptr;
+    const float* cos = rope.cos + size_t(r) * half;
+    const float* sin = rope.sin + size_t(r) * half;
+    observed(o, "rope.bwd", 0, [&] {
+      rope_backward(dq, W, n, s.H, s.D, cos, sin);
+      rope_backward(dq + HD, W, n, s.Hkv, s.D, cos, sin);
+    });
+    if (rerun_norm)
+      observed(o, "rmsnorm.fwd", 0, [&] {
+        rmsnorm_forward(a.an.data() + t * C, a.an_rstd.data() + t, x + size_t(r) * C, w.attn_norm, n, C,
+                        s.eps);
+      });
+    observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, nC); });
+    linear_backward_observed(o, "gemm.dinp.qkv", "gemm.dweight.qkv", dnorm, g.qkv_w, dq, a.an.data() + t * C,
+                             w.qkv_w, n, C, W);
+    observed(o, "rmsnorm.bwd", 0, [&] {
+      rmsnorm_backward(dr, g.attn_norm, dnorm, x + size_t(r) * C, w.attn_norm, a.an_rstd.data() + t, n, C);
+    });
+  }
 }
 
 }  // namespace odyssey

@@ -8,6 +8,9 @@
 // Activations live in a LlamaLayerActs the caller owns (one per layer per micro-batch in flight);
 // forward overwrites all of it, so a layer can be run again to recompute what it dropped. The qkv
 // kept for backward is the rotated one (what attention read); RoPE's backward rotates dq, dk back.
+//
+// Sequence chunking (LlamaShape::chunk) as in gpt2_block.h: every token-local op (norms, projections,
+// RoPE, SwiGLU, residual adds) runs over row chunks, the attention over the whole sequence.
 #pragma once
 
 #include <cstddef>
@@ -18,17 +21,21 @@
 #include "odyssey/model/config.h"
 #include "odyssey/model/llama_params.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/recompute.h"
+#include "odyssey/model/row_chunks.h"
 
 namespace odyssey {
 
 // The sizes a Llama block call runs at: H query and Hkv key/value heads of D dims, MLP width F.
+// chunk: rows per token-local chunk (0: all N at once).
 struct LlamaShape {
   int B, T, C, H, Hkv, D, F;
   float eps;
+  int chunk = 0;
   int N() const { return B * T; }
   int qkv_width() const { return (H + 2 * Hkv) * D; }
-  static LlamaShape of(const ModelConfig& c, int B, int T) {
-    return {B, T, c.d_model, c.n_head, c.kv_heads(), c.head_dim(), c.ffn_dim(), float(c.rms_norm_eps)};
+  static LlamaShape of(const ModelConfig& c, int B, int T, int chunk = 0) {
+    return {B, T, c.d_model, c.n_head, c.kv_heads(), c.head_dim(), c.ffn_dim(), float(c.rms_norm_eps), chunk};
   }
 };
 
@@ -38,7 +45,8 @@ struct RopeTables {
   const float* sin;
 };
 
-// One layer's activations for B rows of T tokens (N = B*T).
+// One layer's activations for B rows of T tokens (N = B*T). The token-local buffers (an, residual2,
+// bn, gate_up, h and the statistics) hold `rows` rows: all N, or one chunk (a working layer).
 struct LlamaLayerActs {
   FloatBuffer an, an_rstd;      // [N, C], [N]  rmsnorm(x)
   FloatBuffer qkv;              // [N, (H + 2 Hkv) D] after RoPE; empty when the attention op saves its own
@@ -49,22 +57,28 @@ struct LlamaLayerActs {
   FloatBuffer h;                // [N, F]  silu(gate) * up
   FloatBuffer residual3;        // [N, C]  block output
   AttentionSavedPtr attention;  // what the attention op saved for backward (opaque)
+  int rows = 0;                 // rows the token-local buffers hold
 
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv);
+  // rows: token-local rows (0: all N); output: with residual3 (a working layer borrows the kept one).
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0, bool output = true);
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0,
+                          bool output = true);
 };
 
 // Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's
-// activation gradients.
+// activation gradients (c rows: one chunk). datty also carries the stage's d(final norm output)
+// from the LM head to the final norm's backward (hence max(C, H D) wide).
 struct LlamaBlockScratch {
-  FloatBuffer qkv;                 // [N, (H + 2 Hkv) D] only when layers keep no qkv
-  FloatBuffer dnorm, datty, dqkv;  // [N, C], [N, H D], [N, (H + 2 Hkv) D]
-  FloatBuffer dh, dgate_up;        // [N, F], [N, 2F]
+  FloatBuffer qkv;           // [N, (H + 2 Hkv) D] only when layers keep no qkv
+  FloatBuffer datty, dqkv;   // [N, max(C, H D)], [N, (H + 2 Hkv) D]
+  FloatBuffer dnorm;         // [c, C]
+  FloatBuffer dh, dgate_up;  // [c, F], [c, 2F]
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0);
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+                          int chunk = 0);
 };
 
 // Where one layer's tensors are now (parameters or gradients); q|k|v and gate|up are adjacent in the
@@ -75,16 +89,16 @@ struct LlamaLayerTensors {
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& layer,
                                       const std::function<float*(const ParamInfo&)>& at);
 
-// a = block(x); x [N, C] is not modified. attention_kept: a.atty, a.lse and a.attention already hold this
-// layer's attention (kept by a checkpoint policy), which is not run again; everything else is recomputed.
-//.
+// a = block(x); x [N, C] is not modified.
 void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
                          AttentionOp& attention, LlamaBlockScratch& scratch, const LlamaShape& s,
-                         const RopeTables& rope, OpObserver* observer = nullptr, bool attention_kept = false);
+                         const RopeTables& rope, OpObserver* observer = nullptr);
 
-// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
+// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g. recompute: what a
+// checkpoint policy dropped and the backward reruns first (model/layer_loop.h).
 void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
                           const LlamaLayerTensors& g, AttentionOp& attention, LlamaBlockScratch& scratch,
-                          const LlamaShape& s, const RopeTables& rope, OpObserver* observer = nullptr);
+                          const LlamaShape& s, const RopeTables& rope, OpObserver* observer = nullptr,
+                          const Recompute& recompute = {});
 
 }  // namespace odyssey

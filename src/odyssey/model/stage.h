@@ -42,6 +42,7 @@ inline constexpr EnumNames<CheckpointPolicy, 4> kCheckpointPolicyNames = {
 struct MemoryOptions {
   CheckpointPolicy checkpoint = CheckpointPolicy::none;
   int head_chunk_tokens = 0;  // rows of LM-head logits held at once (0: the whole micro-batch)
+  int chunk_tokens = 0;       // rows per token-local chunk of a layer (0: the whole micro-batch)
 };
 
 class LayerHooks {

@@ -82,6 +82,7 @@ struct MemoryConfig {
   // Rows of LM-head logits held at once: the head and its loss run fused over chunks of this many
   // tokens (4·V bytes each), never holding [tokens, V]. 0: the whole micro-batch in one chunk.
   int head_chunk_tokens = 1024;
+  int chunk_tokens = 4096;  // rows per token-local chunk of a layer (0: the whole micro-batch)
 };
 
 struct LogConfig {

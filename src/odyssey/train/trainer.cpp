@@ -133,8 +133,8 @@ struct Run {
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
-    model->set_memory(
-        MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint, c.memory.head_chunk_tokens});
+    model->set_memory(MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint,
+                                    c.memory.head_chunk_tokens, c.memory.chunk_tokens});
     engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
     if (grid.sp().size() > 1) {
@@ -158,7 +158,7 @@ struct Run {
     if (tc.steps == 0 && !dry_run) return need;
     const MemoryReport state = engine->memory();
     auto need_for = [&](CheckpointPolicy policy) {
-      model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens});
+      model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
       HostMemoryNeed n;
       n.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
       n.tokens_per_rank = seq_len() / grid.sp().size();
