@@ -102,7 +102,7 @@ run chunk_zero3 2 "${chunked[@]}" --set parallel.zero_stage=3 --set memory.check
 compare chunk_zero3
 run chunk_ring2 2 "${chunked[@]}" --set parallel.sp_ring=2 --set memory.checkpoint=full
 compare chunk_ring2
-for policy in none keep_attention full; do
+for policy in none cheap keep_attention full; do
   run chunk_ulysses2_$policy 2 "${chunked[@]}" --set parallel.sp_ulysses=2 --set memory.checkpoint=$policy
   compare chunk_ulysses2_$policy
   diff <(numbers chunk_ulysses2_none) <(numbers chunk_ulysses2_$policy) >/dev/null ||

@@ -1,9 +1,10 @@
-// Activation checkpointing (memory.checkpoint = keep_attention, full): each layer keeps its output
-// (and under keep_attention its attention's output and lse) and is recomputed in its backward with the
-// forward's own calls, so the loss and every gradient are bitwise those of checkpoint = none, for
-// GPT-2 and Llama (GQA), with the LM head chunked or not, over accumulated micro-batches of different
-// lengths (T not a multiple of anything). Sequence-chunked layers (memory.chunk_tokens): every policy
-// with the same chunks is bitwise none with those chunks, and within fp32 rounding of unchunked.
+// Activation checkpointing (memory.checkpoint = cheap, keep_attention, full): each layer keeps all but
+// its norm outputs and MLP activation (cheap), or its output (and under keep_attention its attention's
+// output and lse), and recomputes the rest in its backward with the forward's own calls, so the loss and
+// every gradient are bitwise those of checkpoint = none, for GPT-2 and Llama (GQA), with the LM head chunked
+// or not, over accumulated micro-batches of different lengths (T not a multiple of anything).
+// Sequence-chunked layers (memory.chunk_tokens): every policy with the same chunks is bitwise none with those
+// chunks, and within fp32 rounding of unchunked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -60,6 +61,11 @@ TEST(Checkpointing, RecomputingPoliciesAreBitwiseNone) {
   for (const char* arch : {"gpt2", "llama"})
     for (int head_chunk : {0, 16}) {
       const Result none = run(arch, {CheckpointPolicy::none, head_chunk});
+      const Result cheap = run(arch, {CheckpointPolicy::cheap, head_chunk});
+      EXPECT_EQ(cheap.losses, none.losses) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(cheap.grads, none.grads) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(cheap.attention_forwards, 6);
+      EXPECT_LT(cheap.activation_bytes, none.activation_bytes);
       const Result keep = run(arch, {CheckpointPolicy::keep_attention, head_chunk});
       const Result full = run(arch, {CheckpointPolicy::full, head_chunk});
       EXPECT_EQ(keep.losses, none.losses) << arch << ", head chunk " << head_chunk;
@@ -87,9 +93,12 @@ TEST(Checkpointing, ChunkedLayersAreBitwiseAcrossPoliciesAndCloseToUnchunked) {
     // Chunks of 16 and 31 rows: micro-batches of 74 and 87 rows end in a short chunk; 200: one chunk.
     for (int chunk : {16, 31, 200}) {
       const Result none = run(arch, {CheckpointPolicy::none, 16, chunk});
+      const Result cheap = run(arch, {CheckpointPolicy::cheap, 16, chunk});
       const Result keep = run(arch, {CheckpointPolicy::keep_attention, 16, chunk});
       const Result full = run(arch, {CheckpointPolicy::full, 16, chunk});
       const std::string what = std::string(arch) + ", chunk " + std::to_string(chunk);
+      EXPECT_EQ(cheap.losses, none.losses) << what;
+      EXPECT_EQ(cheap.grads, none.grads) << what;
       EXPECT_EQ(keep.losses, none.losses) << what;
       EXPECT_EQ(keep.grads, none.grads) << what;
       EXPECT_EQ(full.losses, none.losses) << what;

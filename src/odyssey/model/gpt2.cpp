@@ -38,16 +38,21 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   const size_t N = size_t(B) * T, C = c.d_model;
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
+  // none keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the
+  // working layer one chunk at a time; keep_attention and full keep a layer's output (and its
+  // attention) and run one working layer whose token-local buffers hold one chunk.
+  const int rows = rc.chunk_rows();
   for (Gpt2LayerActs& l : kept.layers) {
-    if (!kept.recomputes()) {
-      l.allocate(c, B, T, !shared_qkv);
-      continue;
-    }
+    if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv);
+    if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true});
+    if (!kept.recomputes_layers()) continue;
     l.residual3.resize(N * C);
     if (kept.keeps_attention()) l.atty.resize(N * C), l.lse.resize(size_t(B) * c.n_head * T);
   }
   kept.work = Gpt2LayerActs();
-  if (kept.recomputes()) kept.work.allocate(c, B, T, !shared_qkv, rc.chunk_rows(), false);
+  if (kept.policy == CheckpointPolicy::cheap)
+    kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false});
+  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false});
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk);
   encoded.resize(range.embeddings() ? N * C : 0);
   lnf.resize(head ? N * C : 0);
@@ -78,15 +83,19 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   const size_t floats =
       N * C * (1 + range.embeddings() + head) +
       (head ? 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
-  // Recomputing policies: per layer its output [N, C] (keep_attention: also the attention's output
+  // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
+  // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, C] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
   // activations hold one row chunk (and which writes its output into the kept one).
   const int rows = RowChunks{B * T, memory.chunk_tokens}.chunk_rows();
   size_t layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
-  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, rows, false);
+  if (memory.checkpoint == CheckpointPolicy::cheap)
+    layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}) +
+             Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false});
+  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false});
   if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
-    layers = L * (2 * N * C + size_t(B) * c.n_head * T) * sizeof(float) + work;
+    layers = L * (N * C + N * C + size_t(B) * c.n_head * T) * sizeof(float) + work;
   return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens) +
          floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
 }

@@ -35,17 +35,22 @@ void linear_backward_observed(OpObserver* o, const char* dinp_name, const char* 
 
 }  // namespace
 
-void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, int rows_, bool output) {
+namespace {
+size_t rows_of(int rows, size_t N) {
+  return rows < 0 ? N : std::min(size_t(rows), N);
+}
+}  // namespace
+
+void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model);
-  rows = rows_ > 0 ? std::min(rows_, int(N)) : int(N);
-  const size_t R = size_t(rows);
-  fit(ln1, R * C), fit(ln1_mean, R), fit(ln1_rstd, R);
-  fit(qkv, keep_qkv ? N * 3 * C : 0);
-  fit(atty, N * C), fit(lse, size_t(B) * c.n_head * T);
-  fit(residual2, R * C);
-  fit(ln2, R * C), fit(ln2_mean, R), fit(ln2_rstd, R);
-  fit(fch, R * 4 * C), fit(fch_gelu, R * 4 * C);
-  fit(residual3, output ? N * C : 0);
+  const size_t S = rows_of(rows.stored, N), R = rows_of(rows.cheap, N), W = rows.sequence ? N : 0;
+  fit(ln1, R * C), fit(ln1_mean, S), fit(ln1_rstd, S);
+  fit(qkv, keep_qkv ? W * 3 * C : 0);
+  fit(atty, W * C), fit(lse, rows.sequence ? size_t(B) * c.n_head * T : 0);
+  fit(residual2, S * C);
+  fit(ln2, R * C), fit(ln2_mean, S), fit(ln2_rstd, S);
+  fit(fch, S * 4 * C), fit(fch_gelu, R * 4 * C);
+  fit(residual3, rows.output ? N * C : 0);
   attention.reset();  // saved for another shape
 }
 
@@ -57,14 +62,20 @@ size_t Gpt2LayerActs::bytes() const {
   return n;
 }
 
-size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, int rows, bool output) {
+size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model);
-  const size_t R = rows > 0 ? std::min(size_t(rows), N) : N;
-  // Sequence-wide: atty [N, C], qkv [N, 3C], residual3 [N, C], lse [B, H, T]. Token-local (R rows):
-  // ln1, residual2, ln2 [R, C], fch, fch_gelu [R, 4C], four [R] statistics.
-  return (N * C * (1 + (keep_qkv ? 3 : 0) + (output ? 1 : 0)) + size_t(B) * c.n_head * T + R * C * 11 +
-          4 * R) *
+  const size_t S = rows_of(rows.stored, N), R = rows_of(rows.cheap, N), W = rows.sequence ? N : 0;
+  // Sequence-wide: atty [N, C], qkv [N, 3C], lse [B, H, T]; output residual3 [N, C]. Stored (S rows):
+  // residual2 [S, C], fch [S, 4C], four [S] statistics. Cheap (R rows): ln1, ln2 [R, C], fch_gelu [R, 4C].
+  return (W * C * (1 + (keep_qkv ? 3 : 0)) + (rows.sequence ? size_t(B) * c.n_head * T : 0) +
+          (rows.output ? N * C : 0) + S * (5 * C + 4) + R * 6 * C) *
          sizeof(float);
+}
+
+void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
+  std::swap(ln1, o.ln1);
+  std::swap(ln2, o.ln2);
+  std::swap(fch_gelu, o.fch_gelu);
 }
 
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
@@ -98,12 +109,11 @@ namespace {
 // Layer-norm 1 and the qkv projection of chunk j (qkv: the layer's [N, 3C]).
 void qkv_chunk_forward(Gpt2LayerActs& a, float* qkv, const float* x, const Gpt2LayerTensors& w,
                        const RowChunks& rc, int j, int C, OpObserver* o) {
-  const int r = rc.begin(j), n = rc.size(j);
-  const size_t t = local_offset(r, a.rows, rc.N, 1);
-  float* ln1 = a.ln1.data() + t * C;
+  const int r = rc.begin(j), n = rc.size(j), N = rc.N;
+  float* ln1 = row_at(a.ln1, r, N, C);
   observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(ln1, a.ln1_mean.data() + t, a.ln1_rstd.data() + t, x + size_t(r) * C, w.ln1_w, w.ln1_b,
-                      n, C);
+    layernorm_forward(ln1, row_at(a.ln1_mean, r, N, 1), row_at(a.ln1_rstd, r, N, 1), x + size_t(r) * C,
+                      w.ln1_w, w.ln1_b, n, C);
   });
   observed(o, "gemm.fwd.qkv", 2.0 * n * double(C) * 3 * C,
            [&] { linear_forward(qkv + size_t(r) * 3 * C, ln1, w.qkv_w, w.qkv_b, n, C, 3 * C); });
@@ -113,12 +123,12 @@ void qkv_chunk_forward(Gpt2LayerActs& a, float* qkv, const float* x, const Gpt2L
 // output [N, C]) the MLP's projection and residual3.
 void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2LayerTensors& w,
                        const RowChunks& rc, int j, int C, OpObserver* o) {
-  const int r = rc.begin(j), n = rc.size(j);
-  const size_t t = local_offset(r, a.rows, rc.N, 1), nC = size_t(n) * C;
-  float* residual2 = a.residual2.data() + t * C;
-  float* ln2 = a.ln2.data() + t * C;
-  float* fch = a.fch.data() + t * 4 * C;
-  float* fch_gelu = a.fch_gelu.data() + t * 4 * C;
+  const int r = rc.begin(j), n = rc.size(j), N = rc.N;
+  const size_t nC = size_t(n) * C;
+  float* residual2 = row_at(a.residual2, r, N, C);
+  float* ln2 = row_at(a.ln2, r, N, C);
+  float* fch = row_at(a.fch, r, N, 4 * C);
+  float* fch_gelu = row_at(a.fch_gelu, r, N, 4 * C);
   auto lin_flops = [&](int in, int outc) { return 2.0 * n * double(in) * outc; };
   // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
   observed(o, "gemm.fwd.attn_proj", lin_flops(C, C), [&] {
@@ -126,7 +136,8 @@ void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2L
   });
   observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
   observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(ln2, a.ln2_mean.data() + t, a.ln2_rstd.data() + t, residual2, w.ln2_w, w.ln2_b, n, C);
+    layernorm_forward(ln2, row_at(a.ln2_mean, r, N, 1), row_at(a.ln2_rstd, r, N, 1), residual2, w.ln2_w,
+                      w.ln2_b, n, C);
   });
   observed(o, "gemm.fwd.fc", lin_flops(C, 4 * C),
            [&] { linear_forward(fch, ln2, w.fc_w, w.fc_b, n, C, 4 * C); });
@@ -144,9 +155,9 @@ void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors
                         Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o) {
   const int N = s.N(), C = s.C;
   const RowChunks rc{N, s.chunk};
-  ODY_CHECK(
-      a.rows >= rc.chunk_rows() && a.atty.size() >= size_t(N) * C && a.residual3.size() >= size_t(N) * C,
-      "block forward: activations for fewer than {} tokens", N);
+  ODY_CHECK(a.fch_gelu.size() >= size_t(rc.chunk_rows()) * 4 * C && a.atty.size() >= size_t(N) * C &&
+                a.residual3.size() >= size_t(N) * C,
+            "block forward: activations for fewer than {} tokens", N);
   float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
   for (int j = 0; j < rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, rc, j, C, o);
   // QK^T and PV over the causal half, the whole sequence at once.
@@ -161,7 +172,8 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   const int N = s.N(), C = s.C;
   const size_t NC = size_t(N) * C;
   const RowChunks rc{N, s.chunk};
-  ODY_CHECK(sc.dfch.size() >= size_t(rc.chunk_rows()) * 4 * C && a.rows >= rc.chunk_rows(),
+  ODY_CHECK(sc.dfch.size() >= size_t(rc.chunk_rows()) * 4 * C &&
+                a.fch_gelu.size() >= size_t(rc.chunk_rows()) * 4 * C,
             "block backward: no backward scratch for {} tokens", N);
   float* qkv = a.qkv.size() ? a.qkv.data() : sc.qkv.data();
   if (re.qkv)
@@ -175,22 +187,32 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   // MLP and attention projection, chunk by chunk: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))),
   // residual2 = x + proj(atty).
   for (int j = 0; j < rc.count(); ++j) {
-    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, rc, j, C, o);
     const int r = rc.begin(j), n = rc.size(j);
-    const size_t t = local_offset(r, a.rows, N, 1), nC = size_t(n) * C;
+    const size_t nC = size_t(n) * C;
+    float* ln2 = row_at(a.ln2, r, N, C);
+    float* fch = row_at(a.fch, r, N, 4 * C);
+    float* fch_gelu = row_at(a.fch_gelu, r, N, 4 * C);
+    float* residual2 = row_at(a.residual2, r, N, C);
+    float* ln2_mean = row_at(a.ln2_mean, r, N, 1);
+    float* ln2_rstd = row_at(a.ln2_rstd, r, N, 1);
+    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, rc, j, C, o);
+    if (re.cheap) {  // the forward's own calls on the kept residual2 and fch
+      observed(o, "layernorm.fwd", 0,
+               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
+      observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, 4 * nC); });
+    }
     float* dr = dres + size_t(r) * C;
     float *dfch_gelu = nullptr, *dfch = nullptr, *dln = nullptr;
     observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, 4 * nC); });
     linear_backward_observed(o, "gemm.dinp.fc_proj", "gemm.dweight.fc_proj", dfch_gelu, g.fc_proj_w,
-                             g.fc_proj_b, dr, a.fch_gelu.data() + t * 4 * C, w.fc_proj_w, n, 4 * C, C);
+                             g.fc_proj_b, dr, fch_gelu, w.fc_proj_w, n, 4 * C, C);
     observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, 4 * nC); });
-    observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, a.fch.data() + t * 4 * C, dfch_gelu, 4 * nC); });
+    observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, 4 * nC); });
     observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
-    linear_backward_observed(o, "gemm.dinp.fc", "gemm.dweight.fc", dln, g.fc_w, g.fc_b, dfch,
-                             a.ln2.data() + t * C, w.fc_w, n, C, 4 * C);
+    linear_backward_observed(o, "gemm.dinp.fc", "gemm.dweight.fc", dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, n,
+                             C, 4 * C);
     observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, a.residual2.data() + t * C, w.ln2_w,
-                         a.ln2_mean.data() + t, a.ln2_rstd.data() + t, n, C);
+      layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, residual2, w.ln2_w, ln2_mean, ln2_rstd, n, C);
     });
     linear_backward_observed(o, "gemm.dinp.attn_proj", "gemm.dweight.attn_proj", datty + size_t(r) * C,
                              g.attn_proj_w, g.attn_proj_b, dr, a.atty.data() + size_t(r) * C, w.attn_proj_w,
@@ -202,24 +224,26 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
     attention.backward(dqkv, datty, a.atty.data(), a.lse.data(), a.qkv.size() ? a.qkv.data() : nullptr, s.B,
                        s.T, s.H, s.D(), a.attention.get());
   });
-  // qkv and ln1, chunk by chunk (ln1 recomputed when the buffers hold one chunk of several).
-  const bool rerun_ln1 = re.token_local && rc.count() > 1;
+  // qkv and ln1, chunk by chunk (ln1 recomputed when its buffer holds one chunk of several, or was
+  // dropped by the cheap policy).
+  const bool rerun_ln1 = re.cheap || (re.token_local && rc.count() > 1);
   for (int j = 0; j < rc.count(); ++j) {
     const int r = rc.begin(j), n = rc.size(j);
-    const size_t t = local_offset(r, a.rows, N, 1), nC = size_t(n) * C;
+    const size_t nC = size_t(n) * C;
     float* dr = dres + size_t(r) * C;
+    float* ln1 = row_at(a.ln1, r, N, C);
+    float* ln1_mean = row_at(a.ln1_mean, r, N, 1);
+    float* ln1_rstd = row_at(a.ln1_rstd, r, N, 1);
     float* dln = nullptr;
     if (rerun_ln1)
       observed(o, "layernorm.fwd", 0, [&] {
-        layernorm_forward(a.ln1.data() + t * C, a.ln1_mean.data() + t, a.ln1_rstd.data() + t,
-                          x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
+        layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
       });
     observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
     linear_backward_observed(o, "gemm.dinp.qkv", "gemm.dweight.qkv", dln, g.qkv_w, g.qkv_b,
-                             dqkv + size_t(r) * 3 * C, a.ln1.data() + t * C, w.qkv_w, n, C, 3 * C);
+                             dqkv + size_t(r) * 3 * C, ln1, w.qkv_w, n, C, 3 * C);
     observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, a.ln1_mean.data() + t,
-                         a.ln1_rstd.data() + t, n, C);
+      layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, ln1_mean, ln1_rstd, n, C);
     });
   }
 }

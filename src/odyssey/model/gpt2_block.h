@@ -30,8 +30,8 @@ namespace odyssey {
 
 // One layer's activations for B rows of T tokens (N = B*T), kept for its backward. Buffers may be
 // larger than a call needs (the KV cache sizes them for its whole context once). The token-local
-// buffers (ln1, residual2, ln2, fch, fch_gelu and the statistics) hold `rows` rows: all N (kept for
-// backward), or one chunk (a recomputing policy's working layer, which recomputes them per chunk).
+// buffers hold all N rows (kept for backward) or one chunk (recomputed per chunk): LayerRows says
+// which, for the stored group (residual2, fch, statistics) and the cheap one (ln1, ln2, fch_gelu).
 struct Gpt2LayerActs {
   FloatBuffer ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
   FloatBuffer qkv;                      // [N, 3C]; empty when the attention op saves its own copy
@@ -41,14 +41,14 @@ struct Gpt2LayerActs {
   FloatBuffer fch, fch_gelu;            // [N, 4C]
   FloatBuffer residual3;                // [N, C]  block output
   AttentionSavedPtr attention;          // what the attention op saved for backward (opaque)
-  int rows = 0;                         // rows the token-local buffers hold
 
-  // rows: token-local rows (0: all N); output: with residual3 (a working layer borrows the kept one).
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0, bool output = true);
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, const LayerRows& rows = {});
   size_t bytes() const;  // attention's saved tensors included
-  // What allocate(config, B, T, keep_qkv, rows, output) holds (the attention's saved tensors not included).
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0,
-                          bool output = true);
+  // What allocate(config, B, T, keep_qkv, rows) holds (the attention's saved tensors not included).
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, const LayerRows& rows = {});
+  // Exchanges the cheap group (ln1, ln2, fch_gelu) with another layer's: the cheap policy's layers
+  // borrow one chunk's worth from the working layer.
+  void swap_cheap(Gpt2LayerActs& other);
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's

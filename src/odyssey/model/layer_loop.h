@@ -6,6 +6,8 @@
 //   bwd(acts, x, l, recompute): its backward, rerunning first what `recompute` says (model/recompute.h).
 //
 //   none            every layer keeps all its activations;
+//   cheap           every layer keeps all but its norm outputs and MLP activation, which it recomputes
+//                   chunk by chunk in its backward (into one chunk's buffers, borrowed from `work`);
 //   keep_attention  a layer keeps its output, the attention's output, lse and saved tensors; the rest is
 //                   recomputed in its backward, the attention not (the quadratic part);
 //   full            a layer keeps its output only and is recomputed whole in its backward.
@@ -35,7 +37,11 @@ struct KeptLayers {
   int work_layer = -1;            // the layer whose activations `work` holds (-1: none)
   int chunks = 1;                 // row chunks per layer (work holds one of them)
 
-  bool recomputes() const { return policy != CheckpointPolicy::none; }
+  bool cheap() const { return policy == CheckpointPolicy::cheap; }
+  // keep_attention and full: layers keep their output (and attention), `work` runs and reruns them.
+  bool recomputes_layers() const {
+    return policy == CheckpointPolicy::keep_attention || policy == CheckpointPolicy::full;
+  }
   bool keeps_attention() const { return policy == CheckpointPolicy::keep_attention; }
   const float* output(size_t i) const { return layers[i].residual3.data(); }
 };
@@ -48,11 +54,13 @@ void forward_layers(KeptLayers<LayerActs>& k, const float* input, int first, int
     const int l = first + i;
     hooks.before_forward(first_unit + i);
     const float* x = i == 0 ? input : k.output(size_t(i) - 1);
-    LayerActs& la = k.recomputes() ? k.work : k.layers[size_t(i)];
+    LayerActs& la = k.recomputes_layers() ? k.work : k.layers[size_t(i)];
     // The working layer writes its output straight into the kept one (lent, then given back).
-    if (k.recomputes()) std::swap(la.residual3, k.layers[size_t(i)].residual3);
+    if (k.recomputes_layers()) std::swap(la.residual3, k.layers[size_t(i)].residual3);
+    if (k.cheap()) la.swap_cheap(k.work);
     fwd(la, x, l);
-    if (k.recomputes()) {
+    if (k.cheap()) la.swap_cheap(k.work);
+    if (k.recomputes_layers()) {
       LayerActs& kept = k.layers[size_t(i)];
       std::swap(la.residual3, kept.residual3);
       if (k.keeps_attention()) {  // moved, not copied: the buffers are the same size
@@ -74,7 +82,7 @@ void backward_layers(KeptLayers<LayerActs>& k, const float* input, int first, in
     const int l = first + i;
     hooks.before_backward(first_unit + i);
     const float* x = i == 0 ? input : k.output(size_t(i) - 1);
-    LayerActs& la = k.recomputes() ? k.work : k.layers[size_t(i)];
+    LayerActs& la = k.recomputes_layers() ? k.work : k.layers[size_t(i)];
     if (k.keeps_attention()) {
       LayerActs& kept = k.layers[size_t(i)];
       std::swap(la.atty, kept.atty);
@@ -85,14 +93,17 @@ void backward_layers(KeptLayers<LayerActs>& k, const float* input, int first, in
     // last layer's qkv and attention are still there from the forward, and with a single chunk all
     // of it.
     Recompute re;
-    if (k.recomputes()) {
+    re.cheap = k.cheap();
+    if (k.recomputes_layers()) {
       const bool fresh = k.work_layer == l;
       re.qkv = !fresh;
       re.attention = !fresh && !k.keeps_attention();
       re.token_local = !fresh || k.chunks > 1;
       k.work_layer = -1;  // the backward leaves the working layer's token-local buffers stale
     }
+    if (k.cheap()) la.swap_cheap(k.work);
     bwd(la, x, l, re);
+    if (k.cheap()) la.swap_cheap(k.work);
     hooks.after_backward(first_unit + i);
   }
 }

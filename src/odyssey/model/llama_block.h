@@ -45,8 +45,9 @@ struct RopeTables {
   const float* sin;
 };
 
-// One layer's activations for B rows of T tokens (N = B*T). The token-local buffers (an, residual2,
-// bn, gate_up, h and the statistics) hold `rows` rows: all N, or one chunk (a working layer).
+// One layer's activations for B rows of T tokens (N = B*T). The token-local buffers hold all N rows
+// or one chunk: LayerRows says which, for the stored group (residual2, gate_up, statistics) and the
+// cheap one (an, bn, h).
 struct LlamaLayerActs {
   FloatBuffer an, an_rstd;      // [N, C], [N]  rmsnorm(x)
   FloatBuffer qkv;              // [N, (H + 2 Hkv) D] after RoPE; empty when the attention op saves its own
@@ -57,13 +58,12 @@ struct LlamaLayerActs {
   FloatBuffer h;                // [N, F]  silu(gate) * up
   FloatBuffer residual3;        // [N, C]  block output
   AttentionSavedPtr attention;  // what the attention op saved for backward (opaque)
-  int rows = 0;                 // rows the token-local buffers hold
 
-  // rows: token-local rows (0: all N); output: with residual3 (a working layer borrows the kept one).
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0, bool output = true);
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, const LayerRows& rows = {});
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, int rows = 0,
-                          bool output = true);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, const LayerRows& rows = {});
+  // Exchanges the cheap group (an, bn, h) with another layer's (see Gpt2LayerActs::swap_cheap).
+  void swap_cheap(LlamaLayerActs& other);
 };
 
 // Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "odyssey/core/buffer.h"
+
 namespace odyssey {
 
 struct RowChunks {
@@ -20,10 +22,20 @@ struct RowChunks {
   int size(int j) const { return std::min(chunk_rows(), N - begin(j)); }
 };
 
-// Where row r of a token-local buffer of `width` floats per row is: buffers that hold every row index
-// it directly, buffers that hold one chunk (held < N) start at the chunk's first row.
-inline size_t local_offset(int r, int held, int N, size_t width) {
-  return (held >= N ? size_t(r) : 0) * width;
+// Row r of a token-local buffer of `width` floats per row: a buffer that holds all N rows is indexed
+// directly, one that holds a single chunk starts at the chunk's first row.
+inline float* row_at(FloatBuffer& b, int r, int N, size_t width) {
+  return b.data() + (b.size() >= size_t(N) * width ? size_t(r) * width : 0);
 }
+
+// How many rows each group of a layer's activation buffers holds (-1: all N, 0: none): what a layer
+// keeps for its backward (`stored`), what the `cheap` policy recomputes instead of keeping (the norm
+// outputs and the MLP activation), the sequence-wide attention tensors and the output.
+struct LayerRows {
+  int stored = -1;
+  int cheap = -1;
+  bool sequence = true;
+  bool output = true;
+};
 
 }  // namespace odyssey

@@ -76,8 +76,8 @@ struct CheckpointConfig {
 
 // Activation memory for long sequences (long-context-memory.md §5).
 struct MemoryConfig {
-  // What a layer keeps for its backward: none (everything) or full (its input; the layer is recomputed
-  // in its backward, bitwise the same numbers). model/stage.h.
+  // What a layer keeps for its backward: none (everything), cheap, keep_attention or full (its input;
+  // the layer is recomputed in its backward), all bitwise the same numbers. model/stage.h.
   CheckpointPolicy checkpoint = CheckpointPolicy::automatic;  // the fastest that fits
   // Rows of LM-head logits held at once: the head and its loss run fused over chunks of this many
   // tokens (4·V bytes each), never holding [tokens, V]. 0: the whole micro-batch in one chunk.

@@ -150,8 +150,8 @@ struct Run {
   int seq_len() const { return config.seq_len(); }
 
   // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
-  // memory.checkpoint = auto picks the first policy that fits, in order of speed (none, keep_attention,
-  // full), and says which and why; nothing fitting is refused with full's numbers.
+  // memory.checkpoint = auto picks the first policy that fits, in order of speed (none, cheap,
+  // keep_attention, full), and says which and why; nothing fitting is refused with full's numbers.
   HostMemoryNeed check_memory(uint64_t host_available, bool dry_run) {
     const TrainConfig& tc = config.train;
     HostMemoryNeed need;
@@ -173,8 +173,8 @@ struct Run {
       need = need_for(config.memory.checkpoint);
     } else {
       std::string tried;
-      for (CheckpointPolicy policy :
-           {CheckpointPolicy::none, CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+      for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                      CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
         need = need_for(policy);
         const bool fits = fits_host_memory(need, tc.host_memory_gb, host_available);
         tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", need.checkpoint,
