@@ -1,9 +1,15 @@
 // Activations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
-// shapes that differ in every dimension the formula uses, with a qkv buffer per layer or one shared.
+// shapes that differ in every dimension the formula uses, for every checkpoint policy and layer chunk,
+// GPT-2 and Llama.
 #include <gtest/gtest.h>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "odyssey/model/gpt2.h"
+#include "odyssey/model/llama.h"
 
 namespace odyssey {
 namespace {
@@ -24,16 +30,26 @@ TEST(Activations, BytesForMatchesAllocate) {
     if (c.n_layer > 2) ranges.push_back({1, 2});
     for (const StageRange& range : ranges)
       for (int head_chunk : {0, 1, 64, 100000})
-        for (CheckpointPolicy policy :
-             {CheckpointPolicy::none, CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
-          const MemoryOptions memory{policy, head_chunk};
-          Activations a;
-          a.allocate(c, range, s.B, s.T, false, memory);
-          EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory), a.bytes())
-              << s.n_layer << " layers, " << s.n_head << " heads, d " << s.d_model << ", B " << s.B << ", T "
-              << s.T << ", layers [" << range.layer_begin << ", " << range.layer_end << "), head chunk "
-              << head_chunk << ", checkpoint " << enum_name(kCheckpointPolicyNames, policy);
-        }
+        for (int chunk : {0, 50})
+          for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                          CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+            const MemoryOptions memory{policy, head_chunk, chunk};
+            const std::string what = fmt::format(
+                "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, checkpoint "
+                "{}",
+                s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end, head_chunk,
+                chunk, enum_name(kCheckpointPolicyNames, policy));
+            Activations a;
+            a.allocate(c, range, s.B, s.T, false, memory);
+            EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory), a.bytes()) << what;
+            ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU width 3d
+            lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
+            lc.d_ff = 3 * s.d_model;
+            LlamaActivations l;
+            l.allocate(lc, range, s.B, s.T, false, memory);
+            EXPECT_EQ(LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory), l.bytes())
+                << "llama, " << what;
+          }
   }
 }
 

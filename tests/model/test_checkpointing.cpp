@@ -1,11 +1,14 @@
-// Activation checkpointing (memory.checkpoint = keep_attention, full): each layer keeps its output
-// (and under keep_attention its attention's output and lse) and is recomputed in its backward with the
-// forward's own calls, so the loss and every gradient are bitwise those of checkpoint = none, for
-// GPT-2 and Llama (GQA), with the LM head chunked or not, over accumulated micro-batches of different
-// lengths (T not a multiple of anything).
+// Activation checkpointing (memory.checkpoint = cheap, keep_attention, full): each layer keeps all but
+// its norm outputs and MLP activation (cheap), or its output (and under keep_attention its attention's
+// output and lse), and recomputes the rest in its backward with the forward's own calls, so the loss and
+// every gradient are bitwise those of checkpoint = none, for GPT-2 and Llama (GQA), with the LM head chunked
+// or not, over accumulated micro-batches of different lengths (T not a multiple of anything).
+// Sequence-chunked layers (memory.chunk_tokens): every policy with the same chunks is bitwise none with those
+// chunks, and within fp32 rounding of unchunked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -58,6 +61,11 @@ TEST(Checkpointing, RecomputingPoliciesAreBitwiseNone) {
   for (const char* arch : {"gpt2", "llama"})
     for (int head_chunk : {0, 16}) {
       const Result none = run(arch, {CheckpointPolicy::none, head_chunk});
+      const Result cheap = run(arch, {CheckpointPolicy::cheap, head_chunk});
+      EXPECT_EQ(cheap.losses, none.losses) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(cheap.grads, none.grads) << arch << ", head chunk " << head_chunk;
+      EXPECT_EQ(cheap.attention_forwards, 6);
+      EXPECT_LT(cheap.activation_bytes, none.activation_bytes);
       const Result keep = run(arch, {CheckpointPolicy::keep_attention, head_chunk});
       const Result full = run(arch, {CheckpointPolicy::full, head_chunk});
       EXPECT_EQ(keep.losses, none.losses) << arch << ", head chunk " << head_chunk;
@@ -71,6 +79,46 @@ TEST(Checkpointing, RecomputingPoliciesAreBitwiseNone) {
       EXPECT_LT(full.activation_bytes, keep.activation_bytes);
       EXPECT_LT(keep.activation_bytes, none.activation_bytes);
     }
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += double(a[i] - b[i]) * (a[i] - b[i]), n += double(b[i]) * b[i];
+  return std::sqrt(d / n);
+}
+
+TEST(Checkpointing, ChunkedLayersAreBitwiseAcrossPoliciesAndCloseToUnchunked) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    const Result whole = run(arch, {CheckpointPolicy::none, 16, 0});
+    // Chunks of 16 and 31 rows: micro-batches of 74 and 87 rows end in a short chunk; 200: one chunk.
+    for (int chunk : {16, 31, 200}) {
+      const Result none = run(arch, {CheckpointPolicy::none, 16, chunk});
+      const Result cheap = run(arch, {CheckpointPolicy::cheap, 16, chunk});
+      const Result keep = run(arch, {CheckpointPolicy::keep_attention, 16, chunk});
+      const Result full = run(arch, {CheckpointPolicy::full, 16, chunk});
+      const std::string what = std::string(arch) + ", chunk " + std::to_string(chunk);
+      EXPECT_EQ(cheap.losses, none.losses) << what;
+      EXPECT_EQ(cheap.grads, none.grads) << what;
+      EXPECT_EQ(keep.losses, none.losses) << what;
+      EXPECT_EQ(keep.grads, none.grads) << what;
+      EXPECT_EQ(full.losses, none.losses) << what;
+      EXPECT_EQ(full.grads, none.grads) << what;
+      // keep_attention never reruns attention; full reruns every layer but the last of each micro-batch.
+      EXPECT_EQ(keep.attention_forwards, 6) << what;
+      EXPECT_EQ(full.attention_forwards, 10) << what;
+      if (chunk == 200) {  // one chunk: the unchunked calls
+        EXPECT_EQ(none.losses, whole.losses) << what;
+        EXPECT_EQ(none.grads, whole.grads) << what;
+      }
+      for (size_t i = 0; i < whole.losses.size(); ++i)
+        EXPECT_NEAR(none.losses[i], whole.losses[i], 1e-6 * std::abs(whole.losses[i])) << what;
+      EXPECT_LT(relative_difference(none.grads, whole.grads), 1e-5) << what;
+      // A working layer holding one chunk keeps less than one holding every row.
+      if (chunk == 16) {
+        EXPECT_LT(full.activation_bytes, run(arch, {CheckpointPolicy::full, 16, 0}).activation_bytes) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

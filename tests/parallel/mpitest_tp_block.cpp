@@ -111,14 +111,14 @@ Layer shard(const Layer& g, int C, int t, int r) {
   return l;
 }
 
-void check_blocks(bool sp) {
+void check_blocks(bool sp, int chunk = 0) {
   Communicator& w = world();
   static ProcessGrid grid(w, {.tp = w.size()});
   Communicator& tp = grid.tp();
   const int t = tp.size(), r = tp.rank();
   ModelConfig cfg;
   cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 40, cfg.seq_len = 12, cfg.vocab_size = 64;
-  const BlockShape s{3, 12, cfg.d_model, cfg.n_head};
+  const BlockShape s{3, 12, cfg.d_model, cfg.n_head, chunk};
   const int C = s.C, N = s.N(), L = 2;
   std::vector<Layer> global = {random_layer(C, 100), random_layer(C, 200)};
   const Vec x = sp_test::uniform(size_t(N) * C, 7, 1.0f), dy = sp_test::uniform(size_t(N) * C, 8, 1.0f);
@@ -130,8 +130,8 @@ void check_blocks(bool sp) {
     const TpSplit split = lin.split();
     std::vector<Gpt2LayerActs> acts(L);
     Gpt2BlockScratch scratch;
-    scratch.allocate(cfg, s.B, s.T, false, true, split);
-    for (auto& a : acts) a.allocate(cfg, s.B, s.T, true, split);
+    scratch.allocate(cfg, s.B, s.T, false, true, s.chunk, split);
+    for (auto& a : acts) a.allocate(cfg, s.B, s.T, true, {}, split);
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
       gpt2_block_forward(acts[l], in, layers[l].tensors(), attention, lin, scratch, s);
@@ -177,6 +177,10 @@ TEST(TensorParallelBlock, Gpt2Plain) {
 }
 TEST(TensorParallelBlock, Gpt2SequenceParallel) {
   check_blocks(true);
+}
+// Plain TP composes with sequence-chunked layers (chunks of 10 of the 36 rows: the last is short).
+TEST(TensorParallelBlock, Gpt2PlainChunked) {
+  check_blocks(false, 10);
 }
 
 // A Llama layer: attn_norm [C]; qkv = q [H D, C], k, v [K D, C] adjacent; o [C, H D]; mlp_norm [C];
@@ -227,7 +231,7 @@ LlamaLayer shard(const LlamaLayer& g, const LlamaDims& d, int t, int r) {
   return l;
 }
 
-void check_llama_blocks(bool sp, int K) {
+void check_llama_blocks(bool sp, int K, int chunk = 0) {
   Communicator& w = world();
   static ProcessGrid grid(w, {.tp = w.size()});
   Communicator& tp = grid.tp();
@@ -248,12 +252,12 @@ void check_llama_blocks(bool sp, int K) {
 
   auto run = [&](LinearOps& lin, std::vector<LlamaLayer>& layers, std::vector<LlamaLayer>& grads,
                  const Vec& x_in, const Vec& dy_in, Vec& out, Vec& dx) {
-    const LlamaShape s = LlamaShape::of(cfg, B, T, lin.split());
+    const LlamaShape s = LlamaShape::of(cfg, B, T, chunk, lin.split());
     LocalAttention attention(s.Hkv);
     std::vector<LlamaLayerActs> acts(L);
     LlamaBlockScratch scratch;
-    scratch.allocate(cfg, B, T, false, true, lin.split());
-    for (auto& a : acts) a.allocate(cfg, B, T, true, lin.split());
+    scratch.allocate(cfg, B, T, false, true, chunk, lin.split());
+    for (auto& a : acts) a.allocate(cfg, B, T, true, {}, lin.split());
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
       llama_block_forward(acts[l], in, layers[l].tensors(), attention, lin, scratch, s,
@@ -314,17 +318,24 @@ TEST(TensorParallelBlock, LlamaMhaSequenceParallel) {
 TEST(TensorParallelBlock, LlamaMqaPlain) {
   check_llama_blocks(false, 1);
 }
+TEST(TensorParallelBlock, LlamaGqaPlainChunked) {
+  check_llama_blocks(false, 2, 10);
+}
+TEST(TensorParallelBlock, SequenceParallelRefusesSeveralChunks) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank holds every row: no TP-SP";
+  EXPECT_THROW(check_blocks(true, 4), Error);
+}
 
 TEST(TensorParallelBlock, LlamaShapeRefusesHeadsThatDoNotSplit) {
   ModelConfig cfg;
   cfg.arch = "llama", cfg.n_head = 6, cfg.n_kv_head = 3, cfg.d_model = 36, cfg.d_ff = 54;
-  EXPECT_NO_THROW(LlamaShape::of(cfg, 1, 4, {3, false}));
-  EXPECT_NO_THROW(LlamaShape::of(cfg, 1, 4, {6, false}));
-  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, {4, false}), Error);  // 6 heads over 4
+  EXPECT_NO_THROW(LlamaShape::of(cfg, 1, 4, 0, {3, false}));
+  EXPECT_NO_THROW(LlamaShape::of(cfg, 1, 4, 0, {6, false}));
+  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, 0, {4, false}), Error);  // 6 heads over 4
   cfg.n_head = 4, cfg.n_kv_head = 3;
-  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, {2, false}), Error);  // 3 kv heads over 2
+  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, 0, {2, false}), Error);  // 3 kv heads over 2
   cfg.n_kv_head = 2, cfg.d_ff = 50;
-  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, {4, false}), Error);  // d_ff 50 over 4
+  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, 0, {4, false}), Error);  // d_ff 50 over 4
 }
 
 }  // namespace

@@ -24,28 +24,36 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      kept.policy == memory.checkpoint && !kept.layers.empty())
+      kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && !kept.layers.empty())
     return;
   B = B_;
   T = T_;
   range = range_;
   shared_qkv = shared_qkv_;
   head_chunk = chunk;
+  layer_chunk = memory.chunk_tokens;
   kept.policy = memory.checkpoint;
+  const RowChunks rc{B * T, layer_chunk};
+  kept.chunks = rc.count();
   const size_t N = size_t(B) * T, C = c.d_model;
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
+  // none keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the
+  // working layer one chunk at a time; keep_attention and full keep a layer's output (and its
+  // attention) and run one working layer whose token-local buffers hold one chunk.
+  const int rows = rc.chunk_rows();
   for (Gpt2LayerActs& l : kept.layers) {
-    if (!kept.recomputes()) {
-      l.allocate(c, B, T, !shared_qkv);
-      continue;
-    }
+    if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv);
+    if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true});
+    if (!kept.recomputes_layers()) continue;
     l.residual3.resize(N * C);
     if (kept.keeps_attention()) l.atty.resize(N * C), l.lse.resize(size_t(B) * c.n_head * T);
   }
   kept.work = Gpt2LayerActs();
-  if (kept.recomputes()) kept.work.allocate(c, B, T, !shared_qkv);
-  scratch.allocate(c, B, T, shared_qkv, true);
+  if (kept.policy == CheckpointPolicy::cheap)
+    kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false});
+  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false});
+  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk);
   encoded.resize(range.embeddings() ? N * C : 0);
   lnf.resize(head ? N * C : 0);
   lnf_mean.resize(head ? N : 0);
@@ -75,15 +83,21 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   const size_t floats =
       N * C * (1 + range.embeddings() + head) +
       (head ? 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
-  // Recomputing policies: per layer its output [N, C] (keep_attention: also the attention's output
-  // [N, C] and lse [B, H, T]), and one layer's activations to run or recompute.
-  const size_t whole = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
-  size_t layers = L * whole;
-  if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + whole;
+  // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
+  // per layer its output [N, C] (keep_attention: also the attention's output
+  // [N, C] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
+  // activations hold one row chunk (and which writes its output into the kept one).
+  const int rows = RowChunks{B * T, memory.chunk_tokens}.chunk_rows();
+  size_t layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
+  if (memory.checkpoint == CheckpointPolicy::cheap)
+    layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}) +
+             Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false});
+  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false});
+  if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
-    layers = L * (2 * N * C + size_t(B) * c.n_head * T) * sizeof(float) + whole;
-  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true) + floats * sizeof(float) +
-         3 * N * sizeof(int32_t);  // tokens, targets, positions
+    layers = L * (N * C + N * C + size_t(B) * c.n_head * T) * sizeof(float) + work;
+  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens) +
+         floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
 
 // --- the model -----------------------------------------------------------------------------------
@@ -135,11 +149,10 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
     hooks_->after_forward(0);
   }
   const float* input = emb ? a.encoded.data() : a.input;
-  forward_layers(a.kept, input, range_.layer_begin, range_.layers(), size_t(N) * C, o, *hooks_,
-                 layer_unit(range_.layer_begin),
-                 [&](Gpt2LayerActs& la, const float* x, int l, bool attention_kept) {
+  forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+                 [&](Gpt2LayerActs& la, const float* x, int l) {
                    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, local_linears(),
-                                      a.scratch, shape(a), o, attention_kept);
+                                      a.scratch, shape(a), o);
                  });
   if (!has_head()) return;
   hooks_->before_forward(final_unit());
@@ -158,7 +171,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
   const double sum = head_loss(a.lnf.data(), *names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
-                               a.head_chunk, a.scratch.dln.data(), a.B * a.T, dloss, count);
+                               a.head_chunk, a.scratch.datty.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -175,7 +188,7 @@ void GPT2::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dln = a.scratch.dln.data();  // d(lnf), from loss()
+    const float* dln = a.scratch.datty.data();  // d(lnf), from loss()
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "layernorm.bwd", 0, [&] {
@@ -189,17 +202,12 @@ void GPT2::backward(StageActivations& acts) {
     std::copy(a.output_grad, a.output_grad + size_t(N) * C, a.dres.data());
   }
   const float* input = emb ? a.encoded.data() : a.input;
-  backward_layers(
-      a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
-      [&](Gpt2LayerActs& la, const float* x, int l, bool attention_kept) {
-        gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, local_linears(), a.scratch,
-                           shape(a), o, attention_kept);
-      },
-      [&](Gpt2LayerActs& la, const float* x, int l) {
-        gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                            resolve_layer(names_.layer(l), d), *attention_, local_linears(), a.scratch,
-                            shape(a), o);
-      });
+  backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+                  [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
+                    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
+                                        resolve_layer(names_.layer(l), d), *attention_, local_linears(),
+                                        a.scratch, shape(a), o, re);
+                  });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
   observed(o, "embedding.bwd", 0, [&] {

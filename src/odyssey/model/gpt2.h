@@ -47,6 +47,7 @@ struct Gpt2Activations : StageActivations {
   FloatBuffer lnf, lnf_mean, lnf_rstd;   // [N, C], [N], [N]
   FloatBuffer logits;               // [chunk, V]: one chunk of the LM head's logits (dlogits in training)
   int head_chunk = 0;               // rows per LM-head chunk (N: one chunk)
+  int layer_chunk = 0;              // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
   FloatBuffer losses;               // [N]
   FloatBuffer dres;                 // [N, C] d(residual stream), carried down through the layers
@@ -89,7 +90,9 @@ class GPT2 : public LayerStage {
   }
 
  private:
-  BlockShape shape(const Gpt2Activations& a) const { return {a.B, a.T, config_.d_model, config_.n_head}; }
+  BlockShape shape(const Gpt2Activations& a) const {
+    return {a.B, a.T, config_.d_model, config_.n_head, a.layer_chunk};
+  }
 
   Gpt2Params names_;  // views into table_
 };

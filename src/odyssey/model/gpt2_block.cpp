@@ -1,5 +1,6 @@
 #include "odyssey/model/gpt2_block.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "odyssey/core/error.h"
@@ -23,15 +24,28 @@ float* zeroed(FloatBuffer& b, size_t n) {
 
 }  // namespace
 
-void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const TpSplit& tp) {
-  const size_t N = size_t(B) * T, R = size_t(tp.rows(N)), C = size_t(c.d_model), t = size_t(tp.t);
-  fit(ln1, R * C), fit(ln1_mean, R), fit(ln1_rstd, R);
-  fit(qkv, keep_qkv ? N * 3 * C / t : 0);
-  fit(atty, N * C / t), fit(lse, size_t(B) * c.n_head / t * T);
-  fit(residual2, R * C);
-  fit(ln2, R * C), fit(ln2_mean, R), fit(ln2_rstd, R);
-  fit(fch, N * 4 * C / t), fit(fch_gelu, N * 4 * C / t);
-  fit(residual3, R * C);
+namespace {
+size_t rows_of(int rows, size_t N) {
+  return rows < 0 ? N : std::min(size_t(rows), N);
+}
+}  // namespace
+
+// Under tensor parallelism a layer holds R = rows(N) residual-stream rows (all N, or the TP-SP slice)
+// and, for the projections' outputs, G = N / R token rows per residual row: the stored and cheap
+// groups count residual rows, their wide buffers (fch, fch_gelu) G times as many token rows of this
+// rank's 4C/t features; the sequence-wide ones hold its H/t heads of all N tokens.
+void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
+                             const TpSplit& tp) {
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
+               G = N / Rn;
+  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn), W = rows.sequence ? N : 0;
+  fit(ln1, R * C), fit(ln1_mean, S), fit(ln1_rstd, S);
+  fit(qkv, keep_qkv ? W * 3 * C / t : 0);
+  fit(atty, W * C / t), fit(lse, rows.sequence ? size_t(B) * c.n_head / t * T : 0);
+  fit(residual2, S * C);
+  fit(ln2, R * C), fit(ln2_mean, S), fit(ln2_rstd, S);
+  fit(fch, S * G * 4 * C / t), fit(fch_gelu, R * G * 4 * C / t);
+  fit(residual3, rows.output ? Rn * C : 0);
   attention.reset();  // saved for another shape
 }
 
@@ -43,21 +57,32 @@ size_t Gpt2LayerActs::bytes() const {
   return n;
 }
 
-size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const TpSplit& tp) {
-  const size_t N = size_t(B) * T, R = size_t(tp.rows(N)), C = size_t(c.d_model), t = size_t(tp.t);
-  // ln1, residual2, ln2, residual3 [R, C] and four [R] statistics; atty [N, C/t]; qkv [N, 3C/t];
-  // fch, fch_gelu [N, 4C/t]; lse [B, H/t, T].
-  return (R * C * 4 + 4 * R + N * C / t * (1 + (keep_qkv ? 3 : 0) + 8) + size_t(B) * c.n_head / t * T) *
+size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
+                                const TpSplit& tp) {
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
+               G = N / Rn;
+  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn), W = rows.sequence ? N : 0;
+  // Sequence-wide: atty [N, C/t], qkv [N, 3C/t], lse [B, H/t, T]; output residual3 [Rn, C]. Stored (S
+  // rows): residual2 [S, C], four [S] statistics, fch [S G, 4C/t]. Cheap (R rows): ln1, ln2 [R, C],
+  // fch_gelu [R G, 4C/t].
+  return (W * C / t * (1 + (keep_qkv ? 3 : 0)) + (rows.sequence ? size_t(B) * c.n_head / t * T : 0) +
+          (rows.output ? Rn * C : 0) + S * (C + 4 + G * 4 * C / t) + R * (2 * C + G * 4 * C / t)) *
          sizeof(float);
 }
 
-void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
+void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
+  std::swap(ln1, o.ln1);
+  std::swap(ln2, o.ln2);
+  std::swap(fch_gelu, o.fch_gelu);
+}
+
+void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
                                 const TpSplit& tp) {
-  const size_t N = size_t(B) * T, R = size_t(tp.rows(N)), C = size_t(c.d_model), t = size_t(tp.t);
-  const size_t b = backward ? 1 : 0;
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
+  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
   fit(qkv, shared_qkv ? N * 3 * C / t : 0);
-  fit(dln, b * R * C), fit(datty, b * N * C / t), fit(dqkv, b * N * 3 * C / t);
-  fit(dfch, b * N * 4 * C / t), fit(dfch_gelu, b * N * 4 * C / t);
+  fit(datty, b * N * C / t), fit(dqkv, b * N * 3 * C / t);
+  fit(dln, b * R * C), fit(dfch, b * R * G * 4 * C / t), fit(dfch_gelu, b * R * G * 4 * C / t);
 }
 
 size_t Gpt2BlockScratch::bytes() const {
@@ -65,9 +90,11 @@ size_t Gpt2BlockScratch::bytes() const {
 }
 
 size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                   const TpSplit& tp) {
-  const size_t N = size_t(B) * T, R = size_t(tp.rows(N)), C = size_t(c.d_model), t = size_t(tp.t);
-  return (N * C / t * ((shared_qkv ? 3 : 0) + (backward ? 1 + 3 + 8 : 0)) + (backward ? R * C : 0)) *
+                                   int chunk, const TpSplit& tp) {
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t);
+  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
+  return (N * C / t * ((shared_qkv ? 3 : 0) + (backward ? 1 + 3 : 0)) +
+          (backward ? R * C * (1 + G * 8 / t) : 0)) *
          sizeof(float);
 }
 
@@ -76,79 +103,163 @@ Gpt2LayerTensors resolve_layer(const LayerParams& l, const std::function<float*(
           at(*l.ln2_w), at(*l.ln2_b), at(*l.fc_w),  at(*l.fc_b),  at(*l.fc_proj_w),   at(*l.fc_proj_b)};
 }
 
+namespace {
+
+// A block call's sizes on this rank: the residual stream's R rows in chunks (rc), G token rows of
+// the projections per residual row, and this rank's heads and widths.
+struct Split {
+  int t, G, H, W1, W3, W4;  // W1 = C/t (attention output), W3 = 3C/t (qkv), W4 = 4C/t (MLP)
+  RowChunks rc;
+  Split(const LinearOps& lin, const BlockShape& s)
+      : t(lin.tp()),
+        G(s.N() / int(lin.rows(s.N()))),
+        H(s.H / t),
+        W1(s.C / t),
+        W3(3 * s.C / t),
+        W4(4 * s.C / t),
+        rc{int(lin.rows(s.N())), s.chunk} {
+    // A TP-SP chunk would gather rows from every rank's slice, not one contiguous token range.
+    ODY_CHECK(
+        !lin.sequence_parallel() || rc.count() <= 1,
+        "sequence-chunked layers (memory.chunk_tokens) are not supported with TP-SP yet: {} rows per rank "
+        "in chunks of {}",
+        rc.N, rc.chunk_rows());
+  }
+};
+
+// Layer-norm 1 and the qkv projection of chunk j (qkv: the layer's [N, 3C/t]).
+void qkv_chunk_forward(Gpt2LayerActs& a, float* qkv, const float* x, const Gpt2LayerTensors& w,
+                       LinearOps& lin, const Split& p, int j, int C, OpObserver* o) {
+  const int r = p.rc.begin(j), n = p.rc.size(j), R = p.rc.N;
+  float* ln1 = row_at(a.ln1, r, R, C);
+  observed(o, "layernorm.fwd", 0, [&] {
+    layernorm_forward(ln1, row_at(a.ln1_mean, r, R, 1), row_at(a.ln1_rstd, r, R, 1), x + size_t(r) * C,
+                      w.ln1_w, w.ln1_b, n, C);
+  });
+  lin.column_forward(qkv + size_t(r) * p.G * p.W3, ln1, w.qkv_w, w.qkv_b, {n * p.G, C, p.W3, "qkv", o});
+}
+
+// The rest of chunk j after the attention: residual2, ln2, fc and gelu, and with out (the layer's
+// output [R, C]) the MLP's projection and residual3.
+void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2LayerTensors& w,
+                       LinearOps& lin, const Split& p, int j, int C, OpObserver* o) {
+  const int r = p.rc.begin(j), n = p.rc.size(j), R = p.rc.N, gn = n * p.G;
+  const size_t nC = size_t(n) * C;
+  float* residual2 = row_at(a.residual2, r, R, C);
+  float* ln2 = row_at(a.ln2, r, R, C);
+  float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
+  float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
+  // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
+  lin.row_forward(residual2, a.atty.data() + size_t(r) * p.G * p.W1, w.attn_proj_w, w.attn_proj_b,
+                  {gn, p.W1, C, "attn_proj", o});
+  observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
+  observed(o, "layernorm.fwd", 0, [&] {
+    layernorm_forward(ln2, row_at(a.ln2_mean, r, R, 1), row_at(a.ln2_rstd, r, R, 1), residual2, w.ln2_w,
+                      w.ln2_b, n, C);
+  });
+  lin.column_forward(fch, ln2, w.fc_w, w.fc_b, {gn, C, p.W4, "fc", o});
+  observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, size_t(gn) * p.W4); });
+  if (!out) return;
+  float* y = out + size_t(r) * C;
+  lin.row_forward(y, fch_gelu, w.fc_proj_w, w.fc_proj_b, {gn, p.W4, C, "fc_proj", o});
+  observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+}
+
+}  // namespace
+
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
-                        LinearOps& lin, Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o,
-                        bool attention_kept) {
-  // Under tensor parallelism this rank runs H/t heads and 4C/t MLP features of all N tokens, and
-  // holds R = rows(N) tokens of the residual stream (all N, or its TP-SP slice).
-  const int t = lin.tp(), N = s.N(), C = s.C, H = s.H / t, D = s.D();
-  const int64_t R = lin.rows(N);
-  const size_t RC = size_t(R) * C, NC = size_t(N) * C;
-  ODY_CHECK(a.ln1.size() >= RC && a.fch.size() >= 4 * NC / t,
+                        LinearOps& lin, Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o) {
+  const int N = s.N(), C = s.C;
+  const Split p(lin, s);
+  ODY_CHECK(a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
+                a.atty.size() >= size_t(N) * p.W1 && a.residual3.size() >= size_t(p.rc.N) * C,
             "block forward: activations for fewer than {} tokens", N);
   float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
-  observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x, w.ln1_w, w.ln1_b, int(R), C);
-  });
-  lin.column_forward(qkv, a.ln1.data(), w.qkv_w, w.qkv_b, {N, C, 3 * C / t, "qkv", o});
-  // QK^T and PV over the causal half.
-  if (!attention_kept)
-    observed(o, "attention.fwd", 2.0 * s.B * H * double(s.T) * s.T * D,
-             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, H, D, a.attention); });
-  // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
-  lin.row_forward(a.residual2.data(), a.atty.data(), w.attn_proj_w, w.attn_proj_b,
-                  {N, C / t, C, "attn_proj", o});
-  observed(o, "residual.add", 0, [&] { accumulate(a.residual2.data(), x, RC); });
-  observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w.ln2_w,
-                      w.ln2_b, int(R), C);
-  });
-  lin.column_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, {N, C, 4 * C / t, "fc", o});
-  observed(o, "gelu.fwd", 0, [&] { gelu_forward(a.fch_gelu.data(), a.fch.data(), 4 * NC / t); });
-  lin.row_forward(a.residual3.data(), a.fch_gelu.data(), w.fc_proj_w, w.fc_proj_b,
-                  {N, 4 * C / t, C, "fc_proj", o});
-  observed(o, "residual.add", 0, [&] { accumulate(a.residual3.data(), a.residual2.data(), RC); });
+  for (int j = 0; j < p.rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, lin, p, j, C, o);
+  // QK^T and PV over the causal half, the whole sequence at once (this rank's heads).
+  observed(o, "attention.fwd", 2.0 * s.B * p.H * double(s.T) * s.T * s.D(),
+           [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
+  for (int j = 0; j < p.rc.count(); ++j) mlp_chunk_forward(a, a.residual3.data(), x, w, lin, p, j, C, o);
 }
 
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
                          const Gpt2LayerTensors& g, AttentionOp& attention, LinearOps& lin,
-                         Gpt2BlockScratch& sc, const BlockShape& s, OpObserver* o) {
-  const int t = lin.tp(), N = s.N(), C = s.C, H = s.H / t, D = s.D();
-  const int64_t R = lin.rows(N);
-  const size_t RC = size_t(R) * C, NC = size_t(N) * C;
-  ODY_CHECK(sc.dfch.size() >= 4 * NC / t, "block backward: no backward scratch for {} tokens", N);
-  float* dfch_gelu = nullptr;
-  float* dfch = nullptr;
-  float* dln = nullptr;
+                         Gpt2BlockScratch& sc, const BlockShape& s, OpObserver* o, const Recompute& re) {
+  const int N = s.N(), C = s.C;
+  const Split p(lin, s);
+  const int R = p.rc.N;
+  ODY_CHECK(sc.dfch.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
+                a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4,
+            "block backward: no backward scratch for {} tokens", N);
+  float* qkv = a.qkv.size() ? a.qkv.data() : sc.qkv.data();
+  if (re.qkv)
+    for (int j = 0; j < p.rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, lin, p, j, C, o);
+  if (re.attention)
+    observed(o, "attention.fwd", 2.0 * s.B * p.H * double(s.T) * s.T * s.D(),
+             [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
   float* datty = nullptr;
   float* dqkv = nullptr;
-  // MLP: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))).
-  observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, 4 * NC / t); });
-  lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dres, a.fch_gelu.data(), w.fc_proj_w,
-                   {N, 4 * C / t, C, "fc_proj", o});
-  observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, 4 * NC / t); });
-  observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, a.fch.data(), dfch_gelu, 4 * NC / t); });
-  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, RC); });
-  lin.column_backward(dln, g.fc_w, g.fc_b, dfch, a.ln2.data(), w.fc_w, {N, C, 4 * C / t, "fc", o});
-  observed(o, "layernorm.bwd", 0, [&] {
-    layernorm_backward(dres, g.ln2_w, g.ln2_b, dln, a.residual2.data(), w.ln2_w, a.ln2_mean.data(),
-                       a.ln2_rstd.data(), int(R), C);
-  });
-  // Attention: residual2 = x + proj(attn(qkv(ln1(x)))).
-  observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, NC / t); });
-  lin.row_backward(datty, g.attn_proj_w, g.attn_proj_b, dres, a.atty.data(), w.attn_proj_w,
-                   {N, C / t, C, "attn_proj", o});
-  observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, 3 * NC / t); });
-  observed(o, "attention.bwd", 4.0 * s.B * H * double(s.T) * s.T * D, [&] {
+  observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * p.W1); });
+  // MLP and attention projection, chunk by chunk: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))),
+  // residual2 = x + proj(atty).
+  for (int j = 0; j < p.rc.count(); ++j) {
+    const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
+    const size_t gW4 = size_t(gn) * p.W4, nC = size_t(n) * C;
+    float* ln2 = row_at(a.ln2, r, R, C);
+    float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
+    float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
+    float* residual2 = row_at(a.residual2, r, R, C);
+    float* ln2_mean = row_at(a.ln2_mean, r, R, 1);
+    float* ln2_rstd = row_at(a.ln2_rstd, r, R, 1);
+    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, p, j, C, o);
+    if (re.cheap) {  // the forward's own calls on the kept residual2 and fch
+      observed(o, "layernorm.fwd", 0,
+               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
+      observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
+    }
+    float* dr = dres + size_t(r) * C;
+    float *dfch_gelu = nullptr, *dfch = nullptr, *dln = nullptr;
+    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, gW4); });
+    lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
+                     {gn, p.W4, C, "fc_proj", o});
+    observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, gW4); });
+    observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
+    observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
+    lin.column_backward(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o});
+    observed(o, "layernorm.bwd", 0, [&] {
+      layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, residual2, w.ln2_w, ln2_mean, ln2_rstd, n, C);
+    });
+    lin.row_backward(datty + size_t(r) * p.G * p.W1, g.attn_proj_w, g.attn_proj_b, dr,
+                     a.atty.data() + size_t(r) * p.G * p.W1, w.attn_proj_w, {gn, p.W1, C, "attn_proj", o});
+  }
+  // Attention over the whole sequence.
+  observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * p.W3); });
+  observed(o, "attention.bwd", 4.0 * s.B * p.H * double(s.T) * s.T * s.D(), [&] {
     attention.backward(dqkv, datty, a.atty.data(), a.lse.data(), a.qkv.size() ? a.qkv.data() : nullptr, s.B,
-                       s.T, H, D, a.attention.get());
+                       s.T, p.H, s.D(), a.attention.get());
   });
-  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, RC); });
-  lin.column_backward(dln, g.qkv_w, g.qkv_b, dqkv, a.ln1.data(), w.qkv_w, {N, C, 3 * C / t, "qkv", o});
-  observed(o, "layernorm.bwd", 0, [&] {
-    layernorm_backward(dres, g.ln1_w, g.ln1_b, dln, x, w.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), int(R),
-                       C);
-  });
+  // qkv and ln1, chunk by chunk (ln1 recomputed when its buffer holds one chunk of several, or was
+  // dropped by the cheap policy).
+  const bool rerun_ln1 = re.cheap || (re.token_local && p.rc.count() > 1);
+  for (int j = 0; j < p.rc.count(); ++j) {
+    const int r = p.rc.begin(j), n = p.rc.size(j);
+    const size_t nC = size_t(n) * C;
+    float* dr = dres + size_t(r) * C;
+    float* ln1 = row_at(a.ln1, r, R, C);
+    float* ln1_mean = row_at(a.ln1_mean, r, R, 1);
+    float* ln1_rstd = row_at(a.ln1_rstd, r, R, 1);
+    float* dln = nullptr;
+    if (rerun_ln1)
+      observed(o, "layernorm.fwd", 0, [&] {
+        layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
+      });
+    observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
+    lin.column_backward(dln, g.qkv_w, g.qkv_b, dqkv + size_t(r) * p.G * p.W3, ln1, w.qkv_w,
+                        {n * p.G, C, p.W3, "qkv", o});
+    observed(o, "layernorm.bwd", 0, [&] {
+      layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, ln1_mean, ln1_rstd, n, C);
+    });
+  }
 }
 
 }  // namespace odyssey

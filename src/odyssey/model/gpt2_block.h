@@ -6,6 +6,13 @@
 //
 // Activations live in a Gpt2LayerActs the caller owns (one per layer per micro-batch in flight);
 // forward overwrites all of it, so a layer can be run again to recompute what it dropped.
+//
+// Sequence chunking (BlockShape::chunk, model/row_chunks.h): every token-local op runs over chunks of
+// rows, the attention over the whole sequence through the AttentionOp (its kernel is blockwise, and
+// Ulysses and ring need it whole). The forward runs ln1 + qkv chunk by chunk, the attention, then the
+// rest chunk by chunk; the backward runs the MLP and projection backward chunk by chunk, the attention
+// backward, then the qkv and ln1 backward chunk by chunk. Sequence-wide are only x, qkv, the
+// attention's output and lse, the output, and in backward d(residual), d(atty) and dqkv.
 #pragma once
 
 #include <cstddef>
@@ -17,11 +24,15 @@
 #include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/linear_ops.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/recompute.h"
+#include "odyssey/model/row_chunks.h"
 
 namespace odyssey {
 
 // One layer's activations for B rows of T tokens (N = B*T), kept for its backward. Buffers may be
-// larger than a call needs (the KV cache sizes them for its whole context once).
+// larger than a call needs (the KV cache sizes them for its whole context once). The token-local
+// buffers hold all N rows (kept for backward) or one chunk (recomputed per chunk): LayerRows says
+// which, for the stored group (residual2, fch, statistics) and the cheap one (ln1, ln2, fch_gelu).
 struct Gpt2LayerActs {
   FloatBuffer ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
   FloatBuffer qkv;                      // [N, 3C]; empty when the attention op saves its own copy
@@ -32,24 +43,32 @@ struct Gpt2LayerActs {
   FloatBuffer residual3;                // [N, C]  block output
   AttentionSavedPtr attention;          // what the attention op saved for backward (opaque)
 
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, const TpSplit& tp = {});
+  // tp: how the layer is split over a tensor-parallel group (model/linear_ops.h).
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, const LayerRows& rows = {},
+                const TpSplit& tp = {});
   size_t bytes() const;  // attention's saved tensors included
-  // What allocate(config, B, T, keep_qkv, tp) holds (the attention's saved tensors not included).
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, const TpSplit& tp = {});
+  // What allocate(config, B, T, keep_qkv, rows, tp) holds (the attention's saved tensors not included).
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, const LayerRows& rows = {},
+                          const TpSplit& tp = {});
+  // Exchanges the cheap group (ln1, ln2, fch_gelu) with another layer's: the cheap policy's layers
+  // borrow one chunk's worth from the working layer.
+  void swap_cheap(Gpt2LayerActs& other);
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's
-// activation gradients.
+// activation gradients (c rows: one chunk, see BlockShape::chunk). datty also carries the stage's
+// d(final norm output) from the LM head to the final norm's backward.
 struct Gpt2BlockScratch {
-  FloatBuffer qkv;               // [N, 3C] only when layers keep no qkv
-  FloatBuffer dln, datty, dqkv;  // [N, C], [N, C], [N, 3C]
-  FloatBuffer dfch, dfch_gelu;   // [N, 4C]
+  FloatBuffer qkv;              // [N, 3C] only when layers keep no qkv
+  FloatBuffer datty, dqkv;      // [N, C], [N, 3C]
+  FloatBuffer dln;              // [c, C]
+  FloatBuffer dfch, dfch_gelu;  // [c, 4C]
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
                 const TpSplit& tp = {});
   size_t bytes() const;
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
-                          const TpSplit& tp = {});
+                          int chunk = 0, const TpSplit& tp = {});
 };
 
 // Where one layer's tensors are now (parameters or gradients): a unit's storage moves under ZeRO-3,
@@ -60,25 +79,28 @@ struct Gpt2LayerTensors {
 };
 Gpt2LayerTensors resolve_layer(const LayerParams& layer, const std::function<float*(const ParamInfo&)>& at);
 
-// The sizes a block call runs at.
+// The sizes a block call runs at; chunk: rows per token-local chunk (0: all N at once).
 struct BlockShape {
   int B, T, C, H;
+  int chunk = 0;
   int N() const { return B * T; }
   int D() const { return C / H; }
 };
 
-// a = block(x); x [R, C] is not modified (R = linears.rows(N): every token, or this rank's TP-SP slice;
-// the linears' communication is the LinearOps seam, model/linear_ops.h). attention_kept: a.atty, a.lse and
-// a.attention already hold this layer's attention (kept by a checkpoint policy), which is not run again;
-// everything else is recomputed. (it is the previous layer's residual3 or the embeddings).
+// a = block(x); x [R, C] is not modified (it is the previous layer's residual3 or the embeddings; R =
+// linears.rows(N): every token, or this rank's TP-SP slice). The projections run through the linear
+// seam (model/linear_ops.h): local_linears() in one process, tensor-parallel linears under tp.
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
                         LinearOps& linears, Gpt2BlockScratch& scratch, const BlockShape& s,
-                        OpObserver* observer = nullptr, bool attention_kept = false);
+                        OpObserver* observer = nullptr);
 
 // dres [R, C]: d(block output) in, d(x) out. Gradients accumulate into g (under TP-SP the norms' and
-// row biases' are partial sums over this rank's tokens, summed over tp by the step).
+// row biases' are partial sums over this rank's tokens, which the step sums over tp). recompute: what
+// a checkpoint policy dropped and the backward reruns first, with the forward's own calls
+// (model/layer_loop.h).
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
                          const Gpt2LayerTensors& g, AttentionOp& attention, LinearOps& linears,
-                         Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr);
+                         Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr,
+                         const Recompute& recompute = {});
 
 }  // namespace odyssey

@@ -43,6 +43,7 @@ void LayerStage::set_unit_storage(int unit, float* params, float* grads) {
 void LayerStage::set_memory(const MemoryOptions& memory) {
   ODY_CHECK(memory.head_chunk_tokens >= 0, "memory.head_chunk_tokens must be >= 0, got {}",
             memory.head_chunk_tokens);
+  ODY_CHECK(memory.chunk_tokens >= 0, "memory.chunk_tokens must be >= 0, got {}", memory.chunk_tokens);
   ODY_CHECK(memory.checkpoint != CheckpointPolicy::automatic,
             "memory.checkpoint = auto must be resolved to a policy before the stage runs");
   memory_ = memory;

@@ -30,6 +30,7 @@ struct LlamaActivations : StageActivations {
   FloatBuffer fn, fn_rstd;               // [N, C], [N] the final RMSNorm (with the head)
   FloatBuffer logits;                    // [chunk, V]
   int head_chunk = 0;
+  int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;
   FloatBuffer losses;  // [N]
   FloatBuffer dres;    // [N, C]

@@ -27,21 +27,24 @@
 namespace odyssey {
 
 // What a stage keeps of a micro-batch for its backward (long-context-memory.md; the [memory] keys).
-// checkpoint: none keeps every layer's activations; keep_attention keeps each layer's output and its
+// checkpoint: none keeps every layer's activations; cheap keeps all but the norm outputs and the MLP
+// activation (recomputed in the backward, chunk by chunk); keep_attention keeps each layer's output and its
 // attention's output, lse and saved tensors, and recomputes the rest of the layer in its backward;
 // full keeps each layer's output (the next layer's input) and recomputes the whole layer. Recomputing
 // issues exactly the forward's calls, so losses and gradients are bitwise those of none
 // (model/layer_loop.h). auto is resolved by the trainer to the fastest that fits (none, then
 // keep_attention, then full); a stage never sees it.
-enum class CheckpointPolicy { none, keep_attention, full, automatic };
-inline constexpr EnumNames<CheckpointPolicy, 4> kCheckpointPolicyNames = {
+enum class CheckpointPolicy { none, cheap, keep_attention, full, automatic };
+inline constexpr EnumNames<CheckpointPolicy, 5> kCheckpointPolicyNames = {
     {{"none", CheckpointPolicy::none},
+     {"cheap", CheckpointPolicy::cheap},
      {"keep_attention", CheckpointPolicy::keep_attention},
      {"full", CheckpointPolicy::full},
      {"auto", CheckpointPolicy::automatic}}};
 struct MemoryOptions {
   CheckpointPolicy checkpoint = CheckpointPolicy::none;
   int head_chunk_tokens = 0;  // rows of LM-head logits held at once (0: the whole micro-batch)
+  int chunk_tokens = 0;       // rows per token-local chunk of a layer (0: the whole micro-batch)
 };
 
 class LayerHooks {

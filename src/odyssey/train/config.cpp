@@ -168,6 +168,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("checkpoint.overwrite", bool, checkpoint.overwrite),
       ODY_ENUM_KEY("memory.checkpoint", memory.checkpoint, kCheckpointPolicyNames),
       ODY_KEY("memory.head_chunk_tokens", int, memory.head_chunk_tokens),
+      ODY_KEY("memory.chunk_tokens", int, memory.chunk_tokens),
       ODY_KEY("log.metrics", std::string, log.metrics),
       ODY_KEY("log.every", int64_t, log.every),
   };
@@ -318,6 +319,11 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(memory.head_chunk_tokens >= 0,
             "memory.head_chunk_tokens must be >= 0 (0: the whole micro-batch at once), got {}",
             memory.head_chunk_tokens);
+  ODY_CHECK(
+      memory.chunk_tokens >= 0,
+      "memory.chunk_tokens must be >= 0 (0: a layer's token-local ops over the whole micro-batch at once), "
+      "got {}",
+      memory.chunk_tokens);
   ODY_CHECK(log.every >= 1, "log.every must be >= 1, got {}", log.every);
 }
 

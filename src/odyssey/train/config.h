@@ -76,12 +76,13 @@ struct CheckpointConfig {
 
 // Activation memory for long sequences (long-context-memory.md §5).
 struct MemoryConfig {
-  // What a layer keeps for its backward: none (everything) or full (its input; the layer is recomputed
-  // in its backward, bitwise the same numbers). model/stage.h.
+  // What a layer keeps for its backward: none (everything), cheap, keep_attention or full (its input;
+  // the layer is recomputed in its backward), all bitwise the same numbers. model/stage.h.
   CheckpointPolicy checkpoint = CheckpointPolicy::automatic;  // the fastest that fits
   // Rows of LM-head logits held at once: the head and its loss run fused over chunks of this many
   // tokens (4·V bytes each), never holding [tokens, V]. 0: the whole micro-batch in one chunk.
   int head_chunk_tokens = 1024;
+  int chunk_tokens = 4096;  // rows per token-local chunk of a layer (0: the whole micro-batch)
 };
 
 struct LogConfig {

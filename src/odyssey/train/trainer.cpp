@@ -133,8 +133,8 @@ struct Run {
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
-    model->set_memory(
-        MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint, c.memory.head_chunk_tokens});
+    model->set_memory(MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint,
+                                    c.memory.head_chunk_tokens, c.memory.chunk_tokens});
     engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
     if (grid.sp().size() > 1) {
@@ -150,15 +150,15 @@ struct Run {
   int seq_len() const { return config.seq_len(); }
 
   // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
-  // memory.checkpoint = auto picks the first policy that fits, in order of speed (none, keep_attention,
-  // full), and says which and why; nothing fitting is refused with full's numbers.
+  // memory.checkpoint = auto picks the first policy that fits, in order of speed (none, cheap,
+  // keep_attention, full), and says which and why; nothing fitting is refused with full's numbers.
   HostMemoryNeed check_memory(uint64_t host_available, bool dry_run) {
     const TrainConfig& tc = config.train;
     HostMemoryNeed need;
     if (tc.steps == 0 && !dry_run) return need;
     const MemoryReport state = engine->memory();
     auto need_for = [&](CheckpointPolicy policy) {
-      model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens});
+      model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
       HostMemoryNeed n;
       n.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
       n.tokens_per_rank = seq_len() / grid.sp().size();
@@ -173,8 +173,8 @@ struct Run {
       need = need_for(config.memory.checkpoint);
     } else {
       std::string tried;
-      for (CheckpointPolicy policy :
-           {CheckpointPolicy::none, CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+      for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                      CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
         need = need_for(policy);
         const bool fits = fits_host_memory(need, tc.host_memory_gb, host_available);
         tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", need.checkpoint,

@@ -1,0 +1,41 @@
+// The row chunks of a sequence-chunked layer (long-context-memory.md §4.1): N token rows in chunks of
+// `rows` (0: one chunk of all N); chunk j covers rows [begin(j), begin(j) + size(j)), the last may be
+// short. Every token-local op of a block (norms, projections, MLP, residual adds) runs chunk by chunk,
+// so a recomputing layer holds their outputs for one chunk only. The forward and every recompute use
+// the same chunks, hence the same GEMM shapes and the same bits.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "odyssey/core/buffer.h"
+
+namespace odyssey {
+
+struct RowChunks {
+  int N;     // rows in all
+  int rows;  // rows per chunk (0 or >= N: one chunk)
+
+  int chunk_rows() const { return rows > 0 ? std::min(rows, N) : N; }
+  int count() const { return N == 0 ? 0 : (N + chunk_rows() - 1) / chunk_rows(); }
+  int begin(int j) const { return j * chunk_rows(); }
+  int size(int j) const { return std::min(chunk_rows(), N - begin(j)); }
+};
+
+// Row r of a token-local buffer of `width` floats per row: a buffer that holds all N rows is indexed
+// directly, one that holds a single chunk starts at the chunk's first row.
+inline float* row_at(FloatBuffer& b, int r, int N, size_t width) {
+  return b.data() + (b.size() >= size_t(N) * width ? size_t(r) * width : 0);
+}
+
+// How many rows each group of a layer's activation buffers holds (-1: all N, 0: none): what a layer
+// keeps for its backward (`stored`), what the `cheap` policy recomputes instead of keeping (the norm
+// outputs and the MLP activation), the sequence-wide attention tensors and the output.
+struct LayerRows {
+  int stored = -1;
+  int cheap = -1;
+  bool sequence = true;
+  bool output = true;
+};
+
+}  // namespace odyssey
