@@ -60,15 +60,30 @@ struct MicroTiles {
     return splat_lanes(x, std::make_index_sequence<kW>{});
   }
   static vf vmax(vf a, vf b) { return a > b ? a : b; }
+  // Horizontal max and sum as log2(kW) halving steps: a serial lane-by-lane loop cost as much as the
+  // tile products at 16 lanes (one max and one sum per score row and key block).
   static float hmax(vf v) {
-    float m = v[0];
-    for (int i = 1; i < kW; ++i) m = m > v[i] ? m : v[i];
-    return m;
+    return reduce<kW>(v, [](auto a, auto b) { return a > b ? a : b; });
   }
   static float hsum(vf v) {
-    float s = 0.0f;
-    for (int i = 0; i < kW; ++i) s += v[i];
-    return s;
+    return reduce<kW>(v, [](auto a, auto b) { return a + b; });
+  }
+  template <class V, size_t... I>
+  static auto lower_half(V v, std::index_sequence<I...>) {
+    return __builtin_shufflevector(v, v, I...);
+  }
+  template <class V, size_t... I>
+  static auto upper_half(V v, std::index_sequence<I...>) {
+    return __builtin_shufflevector(v, v, (I + sizeof...(I))...);
+  }
+  template <int N, class V, class Op>
+  static float reduce(V v, Op op) {
+    if constexpr (N == 1) {
+      return v[0];
+    } else {
+      constexpr auto half = std::make_index_sequence<N / 2>{};
+      return reduce<N / 2>(op(lower_half(v, half), upper_half(v, half)), op);
+    }
   }
 
   // vexp (vec_math.h) on a vector: the same range reduction and degree-7 polynomial, so the same
