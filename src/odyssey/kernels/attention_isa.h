@@ -8,6 +8,23 @@
 // before the pragma and stays compiled for the build's baseline ISA. Otherwise a wider copy of a
 // shared inline function (std::fill, say) could be the one the linker keeps, and fault on a CPU
 // without that ISA.
+//
+// Where a bf16 / AMX path goes (mixed-precision.md §5.4; not built): a fourth translation unit,
+// attention_bf16.cpp under target("avx512f,avx512bf16") (plus "amx-tile,amx-bf16" for AMX tiles), and a
+// fourth entry in attention.cpp's compiled_paths(), runnable when cpu_info().avx512_bf16 (amx_bf16,
+// which already checks that the OS saves tile state; the process must also be granted tile data with
+// arch_prctl(ARCH_REQ_XCOMP_PERM) before the first tile instruction). It reuses BlockwiseAttention —
+// online softmax, LSE, masks, task split and the fixed summation order stay fp32 — with a
+// Tiles type whose products read bf16: K^T and V blocks packed as bf16 pairs along the reduction
+// dimension (VDPBF16PS takes pairs; AMX B tiles are 16 rows x 32 bf16 in the same pair layout), Q and
+// dO packed to bf16 once per call, and P and dS rounded to bf16 after the exp, before P.V, dS.K and
+// dS^T.Q; accumulators (S, O, dQ, dK, dV) fp32. Two things move for it: the schedule's pack_rows /
+// pack_transposed become Tiles members (the packed element type and layout are the tiles' business),
+// and a path is chosen by (precision policy, ISA) rather than ISA alone, because bf16 products change
+// results beyond rounding order: the fp32 policy keeps the three paths here, a bf16 policy takes the
+// bf16 path where the CPU has it and the fp32 path otherwise (mixed-precision.md §5.5). Block sizes
+// come from the Tiles type, so AMX's 16 x 32 tiles get 64 x 64 (or 32-multiple) blocks without
+// touching the schedule.
 #pragma once
 
 #include "odyssey/kernels/attention.h"
