@@ -10,19 +10,35 @@
 #include "odyssey/kernels/attention.h"
 
 #include "odyssey/kernels/attention_reference.h"
+#include "odyssey/kernels/cpu_info.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace odyssey {
 namespace {
+
+// ctest runs this suite once per path of the kernel (tests/CMakeLists.txt: ODYSSEY_ATTN_ISA=avx512,
+// avx2, portable); a path this CPU does not support skips the whole suite.
+struct ForcedPathSupported : testing::Environment {
+  void SetUp() override {
+    const char* forced = std::getenv("ODYSSEY_ATTN_ISA");
+    if (!forced || !*forced) return;
+    std::vector<std::string> paths = attention_isas_supported();
+    if (std::find(paths.begin(), paths.end(), forced) == paths.end())
+      GTEST_SKIP() << "ODYSSEY_ATTN_ISA=" << forced << ": not supported by this CPU";
+  }
+};
+const auto* const forced_path_env = testing::AddGlobalTestEnvironment(new ForcedPathSupported);
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -332,6 +348,40 @@ TEST(Attention, EmptyKeys) {
   forward(p);
   for (float l : p.lse) EXPECT_EQ(l, -std::numeric_limits<float>::infinity());
   for (int t = 0; t < 5; ++t) EXPECT_EQ(p.out.at(0, t, 1, 7), 0.0f);
+}
+
+// The path that runs: the forced one, else the widest this CPU supports (AVX-512 wherever the CPU and
+// the OS have it); an unknown path name is an error that names it.
+TEST(Attention, RunsTheForcedOrWidestSupportedPath) {
+  const std::vector<std::string> paths = attention_isas_supported();
+  ASSERT_FALSE(paths.empty());
+  EXPECT_EQ(paths.back(), "portable");
+  const char* forced = std::getenv("ODYSSEY_ATTN_ISA");
+  const std::string was = forced ? forced : "";
+  EXPECT_EQ(attention_isa(), was.empty() ? paths.front() : was);
+  unsetenv("ODYSSEY_ATTN_ISA");
+  EXPECT_EQ(attention_isa(), paths.front());
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+  if (cpu_info().avx512f) {
+    EXPECT_EQ(attention_isa(), std::string("avx512"));
+  }
+  if (cpu_info().avx2 && cpu_info().fma) {
+    EXPECT_NE(std::find(paths.begin(), paths.end(), "avx2"), paths.end());
+  }
+#endif
+  setenv("ODYSSEY_ATTN_ISA", "avx1024", 1);
+  Problem p = make_problem({1, 4, 4, 2, 2, 8}, {MaskKind::none, 0, 0});
+  try {
+    forward(p);
+    ADD_FAILURE() << "ODYSSEY_ATTN_ISA=avx1024 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ODYSSEY_ATTN_ISA=avx1024"), std::string::npos) << e.what();
+  }
+  if (was.empty()) {
+    unsetenv("ODYSSEY_ATTN_ISA");
+  } else {
+    setenv("ODYSSEY_ATTN_ISA", was.c_str(), 1);
+  }
 }
 
 TEST(Attention, RejectsBadHeads) {

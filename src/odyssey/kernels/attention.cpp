@@ -1,51 +1,86 @@
-// The fast attention kernel behind attention_forward / attention_backward: the blockwise algorithm of
-// attention_schedule.h over attention_tiles.h's register-blocked micro-tiles, sized for the ISA the
-// build targets, in 48 x 48 tiles (multiples of the micro-tile rows; a query tile, its output and the
-// key/value tiles of head size 128 stay within L1 + L2 of one core).
+// attention_forward / attention_backward: the fast kernel's path for this CPU (attention_isa.h),
+// chosen at every call so tests and benchmarks can force one with ODYSSEY_ATTN_ISA.
 #include "odyssey/kernels/attention.h"
 
-#include "odyssey/kernels/attention_schedule.h"
-#include "odyssey/kernels/attention_tiles.h"
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "odyssey/core/error.h"
+#include "odyssey/kernels/attention_isa.h"
+#include "odyssey/kernels/cpu_info.h"
 
 namespace odyssey {
 namespace {
 
-struct FastTiles {
-  using vf = attention_tiles::vf;
-  static constexpr int kW = attention_tiles::kW;
-  static constexpr int kRows = attention_tiles::kMR;
-  static constexpr int kBlockQ = 8 * kRows;
-  static constexpr int kBlockK = 8 * kRows;
-  static vf load(const float* p) { return attention_tiles::load(p); }
-  static void store(float* p, vf v) { attention_tiles::store(p, v); }
-  static vf splat(float x) { return attention_tiles::splat(x); }
-  static vf vmax(vf a, vf b) { return attention_tiles::vmax(a, b); }
-  static float hmax(vf v) { return attention_tiles::hmax(v); }
-  static float hsum(vf v) { return attention_tiles::hsum(v); }
-  static vf vexp(vf x) { return attention_tiles::vexp(x); }
-  static void abt(float* s, const float* a, int64_t lda, const float* bt, int D, int M) {
-    attention_tiles::product<false, false>(s, kBlockK, a, lda, bt, kBlockK, M, D, kBlockK);
-  }
-  template <bool TransA>
-  static void ab(float* c, int64_t ldc, const float* a, int64_t lda, const float* b, int64_t ldb, int M,
-                 int K, int W) {
-    attention_tiles::product<TransA, true>(c, ldc, a, lda, b, ldb, M, K, W);
-  }
+using attention_paths::Path;
+
+struct CompiledPath {
+  const Path* path;
+  bool runs_here;  // the CPU (and the OS) support its ISA
 };
 
-using Kernel = attention_detail::BlockwiseAttention<FastTiles>;
+// Widest first.
+const std::vector<CompiledPath>& compiled_paths() {
+  static const std::vector<CompiledPath> paths = [] {
+    std::vector<CompiledPath> p;
+#if ODYSSEY_ATTN_X86_PATHS
+    const CpuInfo& cpu = cpu_info();
+    p.push_back({&attention_paths::avx512, cpu.avx512f});
+    p.push_back({&attention_paths::avx2, cpu.avx2 && cpu.fma});
+#endif
+    p.push_back({&attention_paths::portable, true});
+    return p;
+  }();
+  return paths;
+}
+
+const Path& widest_path() {
+  for (const CompiledPath& p : compiled_paths())
+    if (p.runs_here) return *p.path;
+  return attention_paths::portable;
+}
+
+// The widest path this CPU runs, or the one ODYSSEY_ATTN_ISA names.
+const Path& current_path() {
+  const char* forced = std::getenv("ODYSSEY_ATTN_ISA");
+  if (!forced || !*forced) return widest_path();
+  std::string names;
+  for (const CompiledPath& p : compiled_paths()) {
+    if (p.path->name == std::string_view(forced)) {
+      ODY_CHECK(p.runs_here, "ODYSSEY_ATTN_ISA={}: this CPU ({}) does not support that instruction set",
+                forced, cpu_info().model);
+      return *p.path;
+    }
+    names += names.empty() ? "" : ", ";
+    names += p.path->name;
+  }
+  fail("ODYSSEY_ATTN_ISA={}: not an attention path of this build (it has: {})", forced, names);
+}
 
 }  // namespace
 
+const char* attention_isa() {
+  return current_path().name;
+}
+
+std::vector<std::string> attention_isas_supported() {
+  std::vector<std::string> names;
+  for (const CompiledPath& p : compiled_paths())
+    if (p.runs_here) names.push_back(p.path->name);
+  return names;
+}
+
 void attention_forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
                        AttentionDims dims, AttentionMask mask, float scale) {
-  Kernel::forward(out, lse, q, k, v, dims, mask, scale);
+  current_path().forward(out, lse, q, k, v, dims, mask, scale);
 }
 
 void attention_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
                         const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
                         AttentionMask mask, float scale) {
-  Kernel::backward(dq, dk, dv, dout, out, lse, q, k, v, dims, mask, scale);
+  current_path().backward(dq, dk, dv, dout, out, lse, q, k, v, dims, mask, scale);
 }
 
 }  // namespace odyssey

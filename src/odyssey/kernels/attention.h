@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace odyssey {
 
@@ -46,5 +48,12 @@ void attention_forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, H
 void attention_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
                         const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
                         AttentionMask mask, float scale);
+
+// The kernel has one path per vector ISA (attention_tiles.h): "avx512", "avx2", "portable". Each call
+// runs the widest the CPU supports, or the one the environment variable ODYSSEY_ATTN_ISA names
+// (tests run every path; an unknown or unsupported name is an error naming it). The paths may differ in
+// the last bits (their row sums add vectors of different widths); each is bitwise deterministic.
+const char* attention_isa();                          // the path the next call runs
+std::vector<std::string> attention_isas_supported();  // the paths this CPU runs, widest first
 
 }  // namespace odyssey

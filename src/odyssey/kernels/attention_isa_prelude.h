@@ -1,0 +1,18 @@
+// Every header from outside the kernel that attention_schedule.h and attention_tiles.h include: a path's
+// translation unit includes this before its target pragma (see attention_isa.h). Keep the lists equal.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "odyssey/core/error.h"
+#include "odyssey/kernels/attention.h"
+#include "odyssey/kernels/attention_isa.h"

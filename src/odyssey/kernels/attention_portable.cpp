@@ -1,0 +1,12 @@
+// The attention kernel's portable path: 4-float vectors (SSE on x86-64, NEON on ARM), 6 x 2
+// micro-tiles, compiled for the build's baseline ISA; it runs on any CPU the build runs on.
+#include "odyssey/kernels/attention_isa_prelude.h"
+#include "odyssey/kernels/attention_schedule.h"
+#include "odyssey/kernels/attention_tiles.h"
+
+namespace odyssey::attention_paths {
+
+using PortableKernel = attention_detail::BlockwiseAttention<attention_tiles::MicroTiles<4, 2>>;
+constinit const Path portable{"portable", &PortableKernel::forward, &PortableKernel::backward};
+
+}  // namespace odyssey::attention_paths
