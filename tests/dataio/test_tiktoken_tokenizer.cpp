@@ -256,7 +256,10 @@ std::string small_json(
     const std::string& pattern = "\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
     nlohmann::json specials = {{"<|end|>", 300}}) {
   std::string line = "! 0";
-  for (const auto& t : ranks) line += " " + base64(t);
+  for (const auto& t : ranks) {  // two appends: GCC 12 warns falsely (-Wrestrict) on " " + std::string
+    line += ' ';
+    line += base64(t);
+  }
   return nlohmann::json{{"pat_str", pattern}, {"special_tokens", specials}, {"bpe_ranks", line + extra_line}}
       .dump();
 }
