@@ -4,7 +4,7 @@
 #   bench/pipeline_bubble.sh            # from the repository root, build/odyssey already built
 #
 # A GPT-2-shaped model (8 layers, d_model 256, 8 heads, byte vocabulary, 128 tokens per row, one row
-# per micro-batch) trained for STEPS steps (default 4; the first is not counted) at P = parallel.pp
+# per micro-batch, the layers split equally over the P v stages) trained for STEPS steps (default 4; the first is not counted) at P = parallel.pp
 # ranks (default 2: one core per rank on this 2-core machine; P = 4 oversubscribes the cores, so its
 # ranks also wait for a core) under GPipe, 1F1B and interleaved (v = 2) with m = 4, 8 and 16
 # micro-batches per step. Per run, from metrics.jsonl (train/trainer.cpp, "pipeline"): the bubble
@@ -51,8 +51,12 @@ for schedule in gpipe 1f1b interleaved; do
     v=1
     [ $schedule = interleaved ] && v=2
     dir="$WORK/run_${schedule}_$m"
+    # Equal layers per stage (the byte vocabulary makes the embeddings and head cheap), so the bubble is
+    # the schedule's, not an imbalance's.
+    split=$(python3 -c "print(','.join(['$((8 / (P * v)))'] * $((P * v))))")
     mpirun -np "$P" --oversubscribe "$BIN" train --config "$WORK/model.toml" --set "checkpoint.dir=$dir" \
       --set parallel.pp="$P" --set parallel.pp_schedule=$schedule --set parallel.pp_virtual=$v \
+      --set "parallel.pp_layers=$split" \
       --set train.global_batch="$m" >"$dir.log" 2>&1 || { echo "{\"schedule\":\"$schedule\",\"m\":$m,\"error\":\"$(tail -n 1 "$dir.log")\"}"; continue; }
     python3 - "$dir/metrics.jsonl" "$schedule" "$P" "$v" "$m" <<'PY'
 import json, os, sys
