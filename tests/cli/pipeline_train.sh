@@ -1,6 +1,6 @@
 # Pipeline parallelism end to end (tensor-pipeline-parallelism.md §3): GPT-2 (tied embeddings) and
 # Llama (untied, GQA), 9 layers (no stage count divides them), 10 steps at pp 2 and 4 under GPipe,
-# 1F1B and interleaved (v = 2), pp2 x dp2 ZeRO-1, GPT-2 pp2 x dp2 ZeRO-3 and an explicit split, Llama
+# 1F1B and interleaved (v = 2), pp2 x dp2 ZeRO-1, GPT-2 pp2 x dp2 ZeRO-0/2/3 and an explicit split, Llama
 # pp2 x Ulysses 2: every step's loss within relative 1e-5 of the single process, and the validation
 # loss too. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4 to the same losses; eval,
 # generate and export read a pp-trained checkpoint; untied Llama's pipelined losses are bitwise; the metrics carry the pipeline's wait per stage;
@@ -90,8 +90,12 @@ for arch in gpt2 llama; do
 done
 
 cfg="$WORK/gpt2.toml"
-run gpt2_pp2_dp2_zero3 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero_stage=3
-compare_all gpt2_pp2_dp2_zero3 gpt2_ref
+# The tied copies' sum: ZeRO-0 over the pair of ranks with one dp coordinate, ZeRO-2/3 over both
+# stages' dp groups (each rank its shard).
+for zero in 0 2 3; do
+  run gpt2_pp2_dp2_zero$zero 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero_stage=$zero
+  compare_all gpt2_pp2_dp2_zero$zero gpt2_ref
+done
 run gpt2_pp2_split 2 --set parallel.pp=2 --set "parallel.pp_layers=[1,8]"
 compare_all gpt2_pp2_split gpt2_ref
 grep -q 'layers \[0, 1) \[1, 9)' "$WORK/gpt2_pp2_split.log" && echo "ok: the explicit split is printed" ||
