@@ -1,8 +1,8 @@
 # Pipeline parallelism end to end (tensor-pipeline-parallelism.md §3): GPT-2 (tied embeddings) and
 # Llama (untied, GQA), 9 layers (no stage count divides them), 10 steps at pp 2 and 4 under GPipe,
 # 1F1B and interleaved (v = 2), pp2 x dp2 ZeRO-1, GPT-2 pp2 x dp2 ZeRO-0/2/3 and an explicit split, Llama
-# pp2 x Ulysses 2: every step's loss within relative 1e-5 of the single process, and the validation
-# loss too. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4 to the same losses; eval,
+# pp2 x Ulysses 2 and x ring 2: every step's loss within relative 1e-5 of the single process, and the
+# validation loss too; memory.checkpoint = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4 to the same losses; eval,
 # generate and export read a pp-trained checkpoint; untied Llama's pipelined losses are bitwise; the metrics carry the pipeline's wait per stage;
 # impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
@@ -83,6 +83,8 @@ for arch in gpt2 llama; do
   run ${arch}_part 2 --set parallel.pp=2 --set train.exit_after=4
   cp -r "$WORK/${arch}_part" "$WORK/${arch}_part4"
   run ${arch}_part 1 --set checkpoint.resume=true
+  grep -q "written at world size 2, ZeRO stage 0, pp 2" "$WORK/${arch}_part.log" ||
+    fail "${arch}: the resume at pp1 does not name the pp2 layout: $(grep resumed "$WORK/${arch}_part.log")"
   compare_all ${arch}_part ${arch}_ref
   run ${arch}_part4 4 --set parallel.pp=4 --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2 \
     --set checkpoint.resume=true
@@ -103,6 +105,11 @@ grep -q 'layers \[0, 1) \[1, 9)' "$WORK/gpt2_pp2_split.log" && echo "ok: the exp
 cfg="$WORK/llama.toml"
 run llama_pp2_ulysses2 4 --set parallel.pp=2 --set parallel.sp_ulysses=2
 compare_all llama_pp2_ulysses2 llama_ref
+run llama_pp2_ring2 4 --set parallel.pp=2 --set parallel.sp_ring=2
+compare_all llama_pp2_ring2 llama_ref
+# Memory modes change no number in a pipeline either (each stage recomputes its own layers).
+run llama_pp2_full 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b --set memory.checkpoint=full
+same_losses llama_pp2_full llama_pp2_1f1b
 
 # The metrics name the pipeline's figures, one per stage's rank.
 tail -n 1 "$WORK/gpt2_pp4_1f1b/metrics.jsonl" | python3 -c '

@@ -122,8 +122,8 @@ struct Run {
   const Architecture& arch;
   std::vector<std::pair<int, int>> ranges;     // every stage's layers
   std::vector<std::unique_ptr<Stage>> models;  // this rank's stages (chunks), in chunk order
-  std::vector<std::unique_ptr<ZeroEngine>> engines;
   AdamW optimizer;
+  std::vector<std::unique_ptr<ZeroEngine>> engines;  // one per stage, over models and optimizer
   std::unique_ptr<SequenceParallelAttention> sp_attention;
   SequenceShard shard;
   std::unique_ptr<TokenDataset> train_data, val_data;
@@ -305,9 +305,9 @@ struct Run {
         latest, state.next_row, state.step);
     if (root())
       log_info(
-          "resumed from {} (step {}, written at world size {}, pp {}, ZeRO stage {}; loaded in {:.2f} s)",
-          latest, state.step, state.layout.value("world_size", 0), state.layout.value("pp", 1),
-          state.layout.value("zero_stage", 0), load_s);
+          "resumed from {} (step {}, written at world size {}, ZeRO stage {}, pp {}; loaded in {:.2f} s)",
+          latest, state.step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
+          state.layout.value("pp", 1), load_s);
     return state.step;
   }
 
@@ -363,6 +363,11 @@ struct Run {
           "pipeline: {} stages over pp {} ({} schedule, {} stage(s) per rank, {} micro-batches): layers {}",
           ranges.size(), shape.P, enum_name(kPipelineScheduleNames, config.parallel.pp_schedule), shape.v,
           shape.m, describe_stage_layers(ranges));
+    if (pipeline && shape.m < shape.P)
+      log_info(
+          "warning: {} micro-batches per step for {} pipeline ranks: the ranks idle (P-1)/(m+P-1) = {:.0f}% "
+          "of the schedule; raise train.global_batch or lower train.micro_batch",
+          shape.m, shape.P, 100.0 * (shape.P - 1) / (shape.m + shape.P - 1));
     log_info(
         "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
         "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank",
