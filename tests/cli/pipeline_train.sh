@@ -1,10 +1,11 @@
 # Pipeline parallelism end to end (tensor-pipeline-parallelism.md §3): GPT-2 (tied embeddings) and
 # Llama (untied, GQA), 9 layers (no stage count divides them), 10 steps at pp 2 and 4 under GPipe,
-# 1F1B and interleaved (v = 2), pp2 x dp2 ZeRO-1, GPT-2 pp2 x dp2 ZeRO-0/2/3 and an explicit split, Llama
-# pp2 x Ulysses 2 and x ring 2: every step's loss within relative 1e-5 of the single process, and the
-# validation loss too; memory.checkpoint = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4 to the same losses; eval,
-# generate and export read a pp-trained checkpoint; untied Llama's pipelined losses are bitwise; the metrics carry the pipeline's wait per stage;
-# impossible layouts are refused naming the key.
+# 1F1B and interleaved (v = 2), pp2 x dp2 ZeRO-1, GPT-2 pp2 x dp2 ZeRO-0/2/3 and an explicit split,
+# Llama pp2 x Ulysses 2 and pp2 x ring 2: every step's loss within relative 1e-5 of the single
+# process, and the validation loss too; untied Llama's pipelined losses are bitwise; memory.checkpoint
+# = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4
+# to the same losses; eval, generate and export read a pp-trained checkpoint; the metrics carry the
+# pipeline's figures per stage; impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 make_shards "$WORK/data"
