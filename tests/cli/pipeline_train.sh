@@ -5,7 +5,8 @@
 # process, and the validation loss too; untied Llama's pipelined losses are bitwise; memory.checkpoint
 # = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4
 # to the same losses; eval, generate and export read a pp-trained checkpoint; the metrics carry the
-# pipeline's figures per stage; impossible layouts are refused naming the key.
+# pipeline's figures per stage; the memory check counts a rank's stages; impossible layouts are
+# refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 make_shards "$WORK/data"
@@ -130,6 +131,19 @@ close "$(eval_loss "$WORK/gpt2_ref")" "$(eval_loss "$WORK/gpt2_pp4_interleaved")
 "$ODYSSEY" export --checkpoint "$WORK/gpt2_pp2_1f1b" --to hf-gpt2 --output "$WORK/hf" >"$WORK/export.log" 2>&1 &&
   [ -s "$WORK/hf/model.safetensors" ] && echo "ok: export of a pp-trained checkpoint" ||
   fail "export: $(tail -n 2 "$WORK/export.log")"
+
+# The start-up memory check counts what a pipeline rank holds: its stages, not the whole model.
+per_rank() {  # per_rank NP ARGS...: the parameters per rank a refused dry run names
+  local np="$1"
+  shift
+  mpirun -np "$np" --oversubscribe "$ODYSSEY" train --config "$WORK/gpt2.toml" --set "checkpoint.dir=$WORK/dry" \
+    --set model.d_model=400 --set model.n_head=4 --set train.host_memory_gb=0.01 --dry-run "$@" 2>&1 |
+    grep -oE '[0-9]+ parameters per rank' | head -n 1 | cut -d' ' -f1
+}
+whole=$(per_rank 1) staged=$(per_rank 4 --set parallel.pp=4)
+[ -n "$whole" ] && [ -n "$staged" ] && [ "$staged" -lt $((whole / 2)) ] &&
+  echo "ok: the memory check counts a pp4 rank's stages ($staged of $whole parameters)" ||
+  fail "memory check under pp4: '$staged' parameters per rank of '$whole'"
 
 # Impossible layouts, named by key, before any work.
 bad() {  # bad NAME PATTERN NP ARGS...

@@ -101,9 +101,20 @@ ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
 // sequence over sp. Weights are replicated over dp x sp, so their gradients are summed, and ZeRO
 // shards, over dp_sp (= dp without sequence parallelism); stages differ over pp.
 // A model too large for the host is refused before its allocation fails (also under --dry-run).
-void check_model_fits(const RunConfig& c, int replicas, Communicator& world) {
+// A pipeline rank holds only its stages: the check takes the largest rank's share (the same on every
+// rank, so all refuse alike).
+void check_model_fits(const RunConfig& c, const Architecture& arch,
+                      const std::vector<std::pair<int, int>>& ranges, int replicas, Communicator& world) {
+  int64_t per_rank = 0;
+  if (c.parallel.pp > 1) {
+    std::vector<int64_t> held(size_t(c.parallel.pp), 0);
+    for (size_t s = 0; s < ranges.size(); ++s)
+      held[s % held.size()] +=
+          arch.make_stage(c.model, StageRange{ranges[s].first, ranges[s].second}, false)->table().total();
+    per_rank = *std::max_element(held.begin(), held.end());
+  }
   check_model_state(c.model, c.parallel.zero_stage, replicas, host_layout(world).local_size,
-                    c.train.host_memory_gb, available_memory_bytes());
+                    c.train.host_memory_gb, available_memory_bytes(), per_rank);
 }
 
 // The layer ranges of every stage: the whole model, or the pipeline's split (parallel.pp_layers or
@@ -144,7 +155,7 @@ struct Run {
         arch(architecture(c.model.arch)),
         ranges(stage_ranges(c)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
-    check_model_fits(c, replicas.size(), w);
+    check_model_fits(c, arch, ranges, replicas.size(), w);
     const int P = c.parallel.pp, v = P > 1 ? c.parallel.pp_virtual : 1;
     for (int chunk = 0; chunk < v; ++chunk) {
       const auto [begin, end] = ranges[size_t(chunk * P + grid.coords().pp)];
