@@ -116,10 +116,12 @@ same_losses llama_pp2_full llama_pp2_1f1b
 # The metrics name the pipeline's figures, one per stage's rank.
 tail -n 1 "$WORK/gpt2_pp4_1f1b/metrics.jsonl" | python3 -c '
 import json, sys
-p = json.load(sys.stdin)["pipeline"]
+r = json.load(sys.stdin)
+p = r["pipeline"]
 assert p["schedule"] == "1f1b" and p["P"] == 4 and p["m"] == 4, p
 assert len(p["wait_ms"]) == 4 and len(p["peak_in_flight"]) == 4, p
 assert p["peak_in_flight"] == [4, 3, 2, 1], p  # P - r (spec 3.8)
+assert r["pp_wait_ms"] == p["wait_ms"], r
 assert 0 <= p["bubble_fraction"] < 1, p' && echo "ok: pipeline metrics" || fail "pipeline metrics: $(tail -n 1 "$WORK/gpt2_pp4_1f1b/metrics.jsonl")"
 
 # eval, generate and export read a pp-trained checkpoint.

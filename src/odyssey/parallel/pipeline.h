@@ -3,10 +3,12 @@
 // its input hidden states from the previous stage's rank; an F of a stage without the head sends its
 // output on; the last stage's F is followed by its loss (each token weighted by dloss = 1 / the
 // step's counted tokens, spec §3.3). A B receives d(output) from the next stage's rank and sends
-// d(input) back. Sends are asynchronous and waited lazily; receives block, and the time they block is
-// the measured bubble. Weight gradients accumulate in the stages in increasing micro-batch order, so
-// a pipeline alone reproduces single-process gradient accumulation bit for bit (a tied embedding's two
-// copies excepted: sum their gradients over the first and last rank, tied_embedding_group).
+// d(input) back. Sends are asynchronous: a micro-batch's buffers are reused only once its send has
+// completed, and no send is ever waited for before a receive (above the eager limit a send completes
+// only when received, and its receiver may be waiting for this rank); receives block, and the time
+// they block is the measured bubble. Weight gradients accumulate in the stages in increasing
+// micro-batch order, so a pipeline alone reproduces single-process gradient accumulation bit for bit
+// (a tied embedding's two copies excepted: their sum, pipeline_grads.h, is exact only to rounding).
 #pragma once
 
 #include <functional>

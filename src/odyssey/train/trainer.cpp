@@ -589,7 +589,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"memory", memory.to_json()},
                              {"peak_rss_bytes", peak_rss_mine},
                              {"peak_rss_bytes_max", peak_rss_max}};
-    if (!pipeline_record.is_null()) record["pipeline"] = pipeline_record;
+    if (!pipeline_record.is_null()) {
+      record["pipeline"] = pipeline_record;
+      record["pp_wait_ms"] = pipeline_record["wait_ms"];  // the spec's name (§9), per pp rank
+    }
     const bool last = step + 1 == end_step;
     const bool eval_now = run.val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
