@@ -12,10 +12,10 @@ namespace {
 
 TEST(CommStats, CountsPerKindAndLevel) {
   CommStats s;
-  s.record(CommKind::all_reduce, true, 100, 0.5);
-  s.record(CommKind::all_reduce, false, 30, 0.25);
-  s.record(CommKind::all_gather, false, 7, 0.0);
-  s.add_time(CommKind::all_gather, false, 1.0);
+  s.record("dp", CommKind::all_reduce, true, 100, 0.5);
+  s.record("tp", CommKind::all_reduce, false, 30, 0.25);
+  s.record("tp", CommKind::all_gather, false, 7, 0.0);
+  s.add_time("tp", CommKind::all_gather, false, 1.0);
   EXPECT_EQ(s.total_bytes(), 137u);
   EXPECT_EQ(s.bytes(true), 100u);
   EXPECT_EQ(s.bytes(false), 37u);
@@ -37,6 +37,15 @@ TEST(CommStats, CountsPerKindAndLevel) {
   EXPECT_EQ(ag["calls"], 1u);  // add_time adds time, not a call
   EXPECT_DOUBLE_EQ(ag["seconds"].get<double>(), 1.0);
   EXPECT_FALSE(j["by_kind"].contains("broadcast"));
+  // The same calls by the group they ran on.
+  EXPECT_EQ(s.group_bytes("dp"), 100u);
+  EXPECT_EQ(s.group_bytes("tp"), 37u);
+  EXPECT_EQ(s.group_bytes("tp", CommKind::all_gather), 7u);
+  EXPECT_EQ(s.group_bytes("sp_ring"), 0u);
+  EXPECT_EQ(j["by_group"]["tp"]["bytes"], 37u);
+  EXPECT_EQ(j["by_group"]["tp"]["calls"], 2u);
+  EXPECT_DOUBLE_EQ(j["by_group"]["tp"]["seconds"].get<double>(), 1.25);
+  EXPECT_EQ(j["by_group"]["dp"]["bytes"], 100u);
 
   s.reset();
   EXPECT_EQ(s.total_bytes(), 0u);
@@ -57,7 +66,7 @@ TEST(CommStats, ThreadSafe) {
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&] {
-      for (int i = 0; i < 1000; ++i) s.record(CommKind::send_recv, i % 2 == 0, 3, 0.0);
+      for (int i = 0; i < 1000; ++i) s.record("pp", CommKind::send_recv, i % 2 == 0, 3, 0.0);
     });
   for (auto& t : threads) t.join();
   EXPECT_EQ(s.total_bytes(), 12000u);

@@ -20,17 +20,18 @@ const char* comm_kind_name(CommKind kind) {
   return "unknown";
 }
 
-void CommStats::record(CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds) {
+void CommStats::record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes,
+                       double seconds) {
   std::lock_guard lock(mutex_);
-  CommCounter& c = counters_[{kind, intra_node}];
+  CommCounter& c = counters_[{kind, intra_node, group}];
   c.calls += 1;
   c.bytes += bus_bytes;
   c.seconds += seconds;
 }
 
-void CommStats::add_time(CommKind kind, bool intra_node, double seconds) {
+void CommStats::add_time(const std::string& group, CommKind kind, bool intra_node, double seconds) {
   std::lock_guard lock(mutex_);
-  counters_[{kind, intra_node}].seconds += seconds;
+  counters_[{kind, intra_node, group}].seconds += seconds;
 }
 
 void CommStats::reset() {
@@ -49,21 +50,39 @@ uint64_t CommStats::bytes(bool intra_node) const {
   std::lock_guard lock(mutex_);
   uint64_t total = 0;
   for (const auto& [key, c] : counters_)
-    if (key.second == intra_node) total += c.bytes;
+    if (key.intra_node == intra_node) total += c.bytes;
   return total;
 }
 
 uint64_t CommStats::bytes(CommKind kind, bool intra_node) const {
   std::lock_guard lock(mutex_);
-  auto it = counters_.find({kind, intra_node});
-  return it == counters_.end() ? 0 : it->second.bytes;
+  uint64_t total = 0;
+  for (const auto& [key, c] : counters_)
+    if (key.kind == kind && key.intra_node == intra_node) total += c.bytes;
+  return total;
+}
+
+uint64_t CommStats::group_bytes(const std::string& group) const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [key, c] : counters_)
+    if (key.group == group) total += c.bytes;
+  return total;
+}
+
+uint64_t CommStats::group_bytes(const std::string& group, CommKind kind) const {
+  std::lock_guard lock(mutex_);
+  uint64_t total = 0;
+  for (const auto& [key, c] : counters_)
+    if (key.group == group && key.kind == kind) total += c.bytes;
+  return total;
 }
 
 uint64_t CommStats::bytes(CommKind kind) const {
   std::lock_guard lock(mutex_);
   uint64_t total = 0;
   for (const auto& [key, c] : counters_)
-    if (key.first == kind) total += c.bytes;
+    if (key.kind == kind) total += c.bytes;
   return total;
 }
 
@@ -71,26 +90,28 @@ nlohmann::json CommStats::to_json() const {
   std::lock_guard lock(mutex_);
   uint64_t total = 0, intra = 0, inter = 0;
   double seconds = 0.0;
-  nlohmann::json by_kind = nlohmann::json::object();
+  nlohmann::json by_kind = nlohmann::json::object(), by_group = nlohmann::json::object();
   for (const auto& [key, c] : counters_) {
     total += c.bytes;
-    (key.second ? intra : inter) += c.bytes;
+    (key.intra_node ? intra : inter) += c.bytes;
     seconds += c.seconds;
     // Both levels of one kind fold into one entry, with the split kept inside it.
-    nlohmann::json& k = by_kind[comm_kind_name(key.first)];
+    nlohmann::json& k = by_kind[comm_kind_name(key.kind)];
     if (k.is_null())
       k = {{"calls", 0}, {"bytes", 0}, {"intra_node_bytes", 0}, {"inter_node_bytes", 0}, {"seconds", 0.0}};
     k["calls"] = k["calls"].get<uint64_t>() + c.calls;
     k["bytes"] = k["bytes"].get<uint64_t>() + c.bytes;
-    const char* level = key.second ? "intra_node_bytes" : "inter_node_bytes";
+    const char* level = key.intra_node ? "intra_node_bytes" : "inter_node_bytes";
     k[level] = k[level].get<uint64_t>() + c.bytes;
     k["seconds"] = k["seconds"].get<double>() + c.seconds;
+    nlohmann::json& g = by_group[key.group.empty() ? "unnamed" : key.group];
+    if (g.is_null()) g = {{"calls", 0}, {"bytes", 0}, {"seconds", 0.0}};
+    g["calls"] = g["calls"].get<uint64_t>() + c.calls;
+    g["bytes"] = g["bytes"].get<uint64_t>() + c.bytes;
+    g["seconds"] = g["seconds"].get<double>() + c.seconds;
   }
-  return {{"total_bytes", total},
-          {"intra_node_bytes", intra},
-          {"inter_node_bytes", inter},
-          {"seconds", seconds},
-          {"by_kind", by_kind}};
+  return {{"total_bytes", total}, {"intra_node_bytes", intra}, {"inter_node_bytes", inter},
+          {"seconds", seconds},   {"by_kind", by_kind},        {"by_group", by_group}};
 }
 
 }  // namespace odyssey

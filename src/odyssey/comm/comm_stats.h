@@ -21,19 +21,29 @@ struct CommCounter {
 
 class CommStats {
  public:
-  void record(CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds);
-  void add_time(CommKind kind, bool intra_node, double seconds);
+  // group: the name of the communicator the call ran on (the grid's "tp", "dp", ...).
+  void record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds);
+  void add_time(const std::string& group, CommKind kind, bool intra_node, double seconds);
   void reset();
   uint64_t total_bytes() const;
   uint64_t bytes(bool intra_node) const;
   uint64_t bytes(CommKind kind) const;
   uint64_t bytes(CommKind kind, bool intra_node) const;
-  // {"total_bytes", "intra_node_bytes", "inter_node_bytes", "seconds", "by_kind": {kind: {...}}}
+  uint64_t group_bytes(const std::string& group) const;
+  uint64_t group_bytes(const std::string& group, CommKind kind) const;
+  // {"total_bytes", "intra_node_bytes", "inter_node_bytes", "seconds", "by_kind": {kind: {...}},
+  //  "by_group": {group: {"bytes", "seconds", "calls"}}}
   nlohmann::json to_json() const;
 
  private:
   mutable std::mutex mutex_;
-  std::map<std::pair<CommKind, bool>, CommCounter> counters_;
+  struct Key {
+    CommKind kind;
+    bool intra_node;
+    std::string group;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::map<Key, CommCounter> counters_;
 };
 
 }  // namespace odyssey

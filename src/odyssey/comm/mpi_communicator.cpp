@@ -71,8 +71,8 @@ void for_chunks(size_t count, Fn&& fn) {
 // call are recorded at the start; the time when it is seen complete.
 class MpiRequest : public Request {
  public:
-  MpiRequest(std::shared_ptr<CommStats> stats, CommKind kind, bool intra_node)
-      : stats_(std::move(stats)), kind_(kind), intra_node_(intra_node) {}
+  MpiRequest(std::shared_ptr<CommStats> stats, std::string group, CommKind kind, bool intra_node)
+      : stats_(std::move(stats)), group_(std::move(group)), kind_(kind), intra_node_(intra_node) {}
   ~MpiRequest() override {
     if (!done_) wait();
   }
@@ -94,9 +94,10 @@ class MpiRequest : public Request {
  private:
   void finish() {
     done_ = true;
-    stats_->add_time(kind_, intra_node_, timer_.seconds());
+    stats_->add_time(group_, kind_, intra_node_, timer_.seconds());
   }
   std::shared_ptr<CommStats> stats_;
+  std::string group_;
   CommKind kind_;
   bool intra_node_;
   Timer timer_;
@@ -130,8 +131,9 @@ MpiCommunicator::~MpiCommunicator() {
 
 RequestPtr MpiCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
   const size_t es = dtype_size(dtype);
-  stats_->record(CommKind::all_reduce, intra_node_, bus_bytes(CommKind::all_reduce, count * es, size_), 0.0);
-  auto req = std::make_unique<MpiRequest>(stats_, CommKind::all_reduce, intra_node_);
+  stats_->record(name_, CommKind::all_reduce, intra_node_, bus_bytes(CommKind::all_reduce, count * es, size_),
+                 0.0);
+  auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_reduce, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
     check_mpi(
         MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, mpi_type(dtype), mpi_op(op), comm_, req->add()),
@@ -148,9 +150,9 @@ RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
                                                  ReduceOp op) {
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
-  stats_->record(CommKind::reduce_scatter, intra_node_,
+  stats_->record(name_, CommKind::reduce_scatter, intra_node_,
                  bus_bytes(CommKind::reduce_scatter, size_ * count * es, size_), 0.0);
-  auto req = std::make_unique<MpiRequest>(stats_, CommKind::reduce_scatter, intra_node_);
+  auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::reduce_scatter, intra_node_);
   if (count <= max_chunk()) {
     check_mpi(
         MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op(op), comm_, req->add()),
@@ -175,9 +177,9 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count,
 RequestPtr MpiCommunicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
-  stats_->record(CommKind::all_gather, intra_node_,
+  stats_->record(name_, CommKind::all_gather, intra_node_,
                  bus_bytes(CommKind::all_gather, size_ * count * es, size_), 0.0);
-  auto req = std::make_unique<MpiRequest>(stats_, CommKind::all_gather, intra_node_);
+  auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_gather, intra_node_);
   char* mine = at(recv, rank_ * count, es);
   const bool in_place = send == mine;
   if (count <= max_chunk()) {
@@ -202,9 +204,9 @@ void MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DTy
 RequestPtr MpiCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
-  stats_->record(CommKind::all_to_all, intra_node_,
+  stats_->record(name_, CommKind::all_to_all, intra_node_,
                  bus_bytes(CommKind::all_to_all, size_ * count * es, size_), 0.0);
-  auto req = std::make_unique<MpiRequest>(stats_, CommKind::all_to_all, intra_node_);
+  auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_to_all, intra_node_);
   if (count <= max_chunk()) {
     check_mpi(MPI_Ialltoall(send, static_cast<int>(count), type, recv, static_cast<int>(count), type, comm_,
                             req->add()),
@@ -247,8 +249,8 @@ void MpiCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& 
     for (size_t v : {send_counts[j], send_displs[j], recv_counts[j], recv_displs[j]})
       small = small && v <= max_chunk();
   }
-  stats_->record(CommKind::all_to_all, intra_node_, size_ > 1 ? sent : 0, 0.0);
-  MpiRequest req(stats_, CommKind::all_to_all, intra_node_);
+  stats_->record(name_, CommKind::all_to_all, intra_node_, size_ > 1 ? sent : 0, 0.0);
+  MpiRequest req(stats_, name_, CommKind::all_to_all, intra_node_);
   if (small) {
     auto ints = [](const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); };
     const auto sc = ints(send_counts), sd = ints(send_displs), rc = ints(recv_counts), rd = ints(recv_displs);
@@ -286,8 +288,9 @@ RequestPtr MpiCommunicator::send_async(const void* data, size_t count, DType dty
             size_ - 1);
   ODY_CHECK(tag >= 0 && tag <= kMaxUserTag, "send on {}: tag {} outside 0..{}", name_, tag, kMaxUserTag);
   const size_t es = dtype_size(dtype);
-  stats_->record(CommKind::send_recv, intra_node_, bus_bytes(CommKind::send_recv, count * es, size_), 0.0);
-  auto req = std::make_unique<MpiRequest>(stats_, CommKind::send_recv, intra_node_);
+  stats_->record(name_, CommKind::send_recv, intra_node_, bus_bytes(CommKind::send_recv, count * es, size_),
+                 0.0);
+  auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::send_recv, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
     check_mpi(MPI_Isend(at(data, off, es), n, mpi_type(dtype), dest, tag, comm_, req->add()), "MPI_Isend");
   });
@@ -299,8 +302,8 @@ RequestPtr MpiCommunicator::recv_async(void* data, size_t count, DType dtype, in
             size_ - 1);
   ODY_CHECK(tag >= 0 && tag <= kMaxUserTag, "recv on {}: tag {} outside 0..{}", name_, tag, kMaxUserTag);
   const size_t es = dtype_size(dtype);
-  stats_->record(CommKind::send_recv, intra_node_, 0, 0.0);  // the sender counts the message
-  auto req = std::make_unique<MpiRequest>(stats_, CommKind::send_recv, intra_node_);
+  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0);  // the sender counts the message
+  auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::send_recv, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
     check_mpi(MPI_Irecv(at(data, off, es), n, mpi_type(dtype), source, tag, comm_, req->add()), "MPI_Irecv");
   });
@@ -318,8 +321,9 @@ void MpiCommunicator::recv(void* data, size_t count, DType dtype, int source, in
 void MpiCommunicator::broadcast(void* data, size_t count, DType dtype, int root) {
   ODY_CHECK(root >= 0 && root < size_, "broadcast on {}: root rank {} outside 0..{}", name_, root, size_ - 1);
   const size_t es = dtype_size(dtype);
-  stats_->record(CommKind::broadcast, intra_node_, bus_bytes(CommKind::broadcast, count * es, size_), 0.0);
-  MpiRequest req(stats_, CommKind::broadcast, intra_node_);
+  stats_->record(name_, CommKind::broadcast, intra_node_, bus_bytes(CommKind::broadcast, count * es, size_),
+                 0.0);
+  MpiRequest req(stats_, name_, CommKind::broadcast, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
     check_mpi(MPI_Ibcast(at(data, off, es), n, mpi_type(dtype), root, comm_, req.add()), "MPI_Ibcast");
   });

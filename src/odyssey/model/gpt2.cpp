@@ -138,8 +138,8 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), size_t(N) * C, o, *hooks_,
                  layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l, bool attention_kept) {
-                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch,
-                                      shape(a), o, attention_kept);
+                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, local_linears(),
+                                      a.scratch, shape(a), o, attention_kept);
                  });
   if (!has_head()) return;
   hooks_->before_forward(final_unit());
@@ -192,12 +192,13 @@ void GPT2::backward(StageActivations& acts) {
   backward_layers(
       a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
       [&](Gpt2LayerActs& la, const float* x, int l, bool attention_kept) {
-        gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, a.scratch, shape(a), o,
-                           attention_kept);
+        gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, local_linears(), a.scratch,
+                           shape(a), o, attention_kept);
       },
       [&](Gpt2LayerActs& la, const float* x, int l) {
         gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                            resolve_layer(names_.layer(l), d), *attention_, a.scratch, shape(a), o);
+                            resolve_layer(names_.layer(l), d), *attention_, local_linears(), a.scratch,
+                            shape(a), o);
       });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
@@ -229,8 +230,8 @@ class Gpt2Decoder : public Decoder {
     auto w = [&](const ParamInfo& t) { return model_.param(t); };
     embedding_forward(x_.data(), tokens, positions, w(*p.wte), w(*p.wpe), T, c.d_model);
     for (int l = 0; l < c.n_layer; ++l) {
-      gpt2_block_forward(acts_, x_.data(), resolve_layer(p.layer(l), w), *attention[l], scratch_,
-                         {1, T, c.d_model, c.n_head});
+      gpt2_block_forward(acts_, x_.data(), resolve_layer(p.layer(l), w), *attention[l], local_linears(),
+                         scratch_, {1, T, c.d_model, c.n_head});
       std::swap(x_, acts_.residual3);  // the block's output is the next layer's input
     }
     const float* last = x_.data() + size_t(T - 1) * c.d_model;

@@ -15,6 +15,7 @@
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
 #include "odyssey/model/gpt2_params.h"
+#include "odyssey/model/linear_ops.h"
 #include "odyssey/model/op_observer.h"
 
 namespace odyssey {
@@ -31,10 +32,10 @@ struct Gpt2LayerActs {
   FloatBuffer residual3;                // [N, C]  block output
   AttentionSavedPtr attention;          // what the attention op saved for backward (opaque)
 
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv);
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, const TpSplit& tp = {});
   size_t bytes() const;  // attention's saved tensors included
-  // What allocate(config, B, T, keep_qkv) holds (the attention's saved tensors not included).
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv);
+  // What allocate(config, B, T, keep_qkv, tp) holds (the attention's saved tensors not included).
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, const TpSplit& tp = {});
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's
@@ -44,9 +45,11 @@ struct Gpt2BlockScratch {
   FloatBuffer dln, datty, dqkv;  // [N, C], [N, C], [N, 3C]
   FloatBuffer dfch, dfch_gelu;   // [N, 4C]
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+                const TpSplit& tp = {});
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+                          const TpSplit& tp = {});
 };
 
 // Where one layer's tensors are now (parameters or gradients): a unit's storage moves under ZeRO-3,
@@ -64,16 +67,18 @@ struct BlockShape {
   int D() const { return C / H; }
 };
 
-// a = block(x); x [N, C] is not modified. attention_kept: a.atty, a.lse and a.attention already hold this
-// layer's attention (kept by a checkpoint policy), which is not run again; everything else is recomputed.
-// (it is the previous layer's residual3 or the embeddings).
+// a = block(x); x [R, C] is not modified (R = linears.rows(N): every token, or this rank's TP-SP slice;
+// the linears' communication is the LinearOps seam, model/linear_ops.h). attention_kept: a.atty, a.lse and
+// a.attention already hold this layer's attention (kept by a checkpoint policy), which is not run again;
+// everything else is recomputed. (it is the previous layer's residual3 or the embeddings).
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
-                        Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr,
-                        bool attention_kept = false);
+                        LinearOps& linears, Gpt2BlockScratch& scratch, const BlockShape& s,
+                        OpObserver* observer = nullptr, bool attention_kept = false);
 
-// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
+// dres [R, C]: d(block output) in, d(x) out. Gradients accumulate into g (under TP-SP the norms' and
+// row biases' are partial sums over this rank's tokens, summed over tp by the step).
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
-                         const Gpt2LayerTensors& g, AttentionOp& attention, Gpt2BlockScratch& scratch,
-                         const BlockShape& s, OpObserver* observer = nullptr);
+                         const Gpt2LayerTensors& g, AttentionOp& attention, LinearOps& linears,
+                         Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* observer = nullptr);
 
 }  // namespace odyssey

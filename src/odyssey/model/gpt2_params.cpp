@@ -21,24 +21,28 @@ void validate_gpt2(const ModelConfig& c) {
 
 ParamTable gpt2_param_table(const ModelConfig& c) {
   const int64_t C = c.d_model, V = c.vocab_size, T = c.seq_len;
+  const int H = c.n_head;
   using Init = ParamInfo::Init;
+  // Tensor parallelism (§1.4): c_attn splits its output rows in 3 parts (q, k, v) by heads, c_fc its
+  // output rows, the projections their input columns; wte its vocabulary rows; the rest is replicated.
+  const TpRule qkv{0, 3, H}, out_rows{0}, in_cols{1}, vocab{.dim = 0, .vocab = true};
   ParamTable t;
-  t.add("wte", {V, C}, Init::normal);
+  t.add("wte", {V, C}, Init::normal, vocab);
   t.add("wpe", {T, C}, Init::normal);
   for (int l = 0; l < c.n_layer; ++l) {
     t.begin_unit();
     std::string h = "h." + std::to_string(l) + ".";
     t.add(h + "ln_1.weight", {C}, Init::ones);
     t.add(h + "ln_1.bias", {C}, Init::zeros);
-    t.add(h + "attn.c_attn.weight", {3 * C, C}, Init::normal);
-    t.add(h + "attn.c_attn.bias", {3 * C}, Init::zeros);
-    t.add(h + "attn.c_proj.weight", {C, C}, Init::normal_residual);
+    t.add(h + "attn.c_attn.weight", {3 * C, C}, Init::normal, qkv);
+    t.add(h + "attn.c_attn.bias", {3 * C}, Init::zeros, qkv);
+    t.add(h + "attn.c_proj.weight", {C, C}, Init::normal_residual, TpRule{1, 1, H});
     t.add(h + "attn.c_proj.bias", {C}, Init::zeros);
     t.add(h + "ln_2.weight", {C}, Init::ones);
     t.add(h + "ln_2.bias", {C}, Init::zeros);
-    t.add(h + "mlp.c_fc.weight", {4 * C, C}, Init::normal);
-    t.add(h + "mlp.c_fc.bias", {4 * C}, Init::zeros);
-    t.add(h + "mlp.c_proj.weight", {C, 4 * C}, Init::normal_residual);
+    t.add(h + "mlp.c_fc.weight", {4 * C, C}, Init::normal, out_rows);
+    t.add(h + "mlp.c_fc.bias", {4 * C}, Init::zeros, out_rows);
+    t.add(h + "mlp.c_proj.weight", {C, 4 * C}, Init::normal_residual, in_cols);
     t.add(h + "mlp.c_proj.bias", {C}, Init::zeros);
   }
   t.begin_unit();

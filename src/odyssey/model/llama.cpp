@@ -155,8 +155,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), size_t(N) * C, o, *hooks_,
                  layer_unit(range_.layer_begin),
                  [&](LlamaLayerActs& la, const float* x, int l, bool attention_kept) {
-                   llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch,
-                                       shape, rope, o, attention_kept);
+                   llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_,
+                                       local_linears(), a.scratch, shape, rope, o, attention_kept);
                  });
   if (!has_head()) return;
   hooks_->before_forward(final_unit());
@@ -211,12 +211,13 @@ void Llama::backward(StageActivations& acts) {
   backward_layers(
       a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
       [&](LlamaLayerActs& la, const float* x, int l, bool attention_kept) {
-        llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, a.scratch, shape,
-                            rope, o, attention_kept);
+        llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, local_linears(),
+                            a.scratch, shape, rope, o, attention_kept);
       },
       [&](LlamaLayerActs& la, const float* x, int l) {
         llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
-                             resolve_llama_layer(names_.layer(l), d), *attention_, a.scratch, shape, rope, o);
+                             resolve_llama_layer(names_.layer(l), d), *attention_, local_linears(), a.scratch,
+                             shape, rope, o);
       });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
@@ -253,8 +254,8 @@ class LlamaDecoder : public Decoder {
     embedding_forward(x_.data(), tokens, positions, w(*p.embed), nullptr, T, c.d_model);
     const LlamaShape shape = LlamaShape::of(c, 1, T);
     for (int l = 0; l < c.n_layer; ++l) {
-      llama_block_forward(acts_, x_.data(), resolve_llama_layer(p.layer(l), w), *attention[l], scratch_,
-                          shape, {cos_.data(), sin_.data()});
+      llama_block_forward(acts_, x_.data(), resolve_llama_layer(p.layer(l), w), *attention[l],
+                          local_linears(), scratch_, shape, {cos_.data(), sin_.data()});
       std::swap(x_, acts_.residual3);
     }
     const float* last = x_.data() + size_t(T - 1) * c.d_model;

@@ -16,20 +16,23 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
+#include "odyssey/model/linear_ops.h"
 #include "odyssey/model/llama_params.h"
 #include "odyssey/model/op_observer.h"
 
 namespace odyssey {
 
-// The sizes a Llama block call runs at: H query and Hkv key/value heads of D dims, MLP width F.
+// The sizes a Llama block call runs at on this rank: H query and Hkv key/value heads of D dims, MLP
+// width F. Under tensor parallelism over t ranks (§1.8) a rank runs H/t query heads, F/t MLP features
+// and Hkv/t key/value heads, or, when t exceeds the key/value heads, the one its query heads read
+// (replicated on t/Hkv ranks).
 struct LlamaShape {
   int B, T, C, H, Hkv, D, F;
   float eps;
   int N() const { return B * T; }
   int qkv_width() const { return (H + 2 * Hkv) * D; }
-  static LlamaShape of(const ModelConfig& c, int B, int T) {
-    return {B, T, c.d_model, c.n_head, c.kv_heads(), c.head_dim(), c.ffn_dim(), float(c.rms_norm_eps)};
-  }
+  // Fails naming model.n_head, model.n_kv_head or model.d_ff when the model does not split over tp.
+  static LlamaShape of(const ModelConfig& c, int B, int T, const TpSplit& tp = {});
 };
 
 // RoPE's cos and sin [N, D/2] of a micro-batch's tokens (computed once, shared by the layers).
@@ -50,9 +53,9 @@ struct LlamaLayerActs {
   FloatBuffer residual3;        // [N, C]  block output
   AttentionSavedPtr attention;  // what the attention op saved for backward (opaque)
 
-  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv);
+  void allocate(const ModelConfig& config, int B, int T, bool keep_qkv, const TpSplit& tp = {});
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool keep_qkv, const TpSplit& tp = {});
 };
 
 // Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's
@@ -62,9 +65,11 @@ struct LlamaBlockScratch {
   FloatBuffer dnorm, datty, dqkv;  // [N, C], [N, H D], [N, (H + 2 Hkv) D]
   FloatBuffer dh, dgate_up;        // [N, F], [N, 2F]
 
-  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+                const TpSplit& tp = {});
   size_t bytes() const;
-  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward);
+  static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
+                          const TpSplit& tp = {});
 };
 
 // Where one layer's tensors are now (parameters or gradients); q|k|v and gate|up are adjacent in the
@@ -75,16 +80,21 @@ struct LlamaLayerTensors {
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& layer,
                                       const std::function<float*(const ParamInfo&)>& at);
 
-// a = block(x); x [N, C] is not modified. attention_kept: a.atty, a.lse and a.attention already hold this
-// layer's attention (kept by a checkpoint policy), which is not run again; everything else is recomputed.
+// a = block(x); x [R, C] is not modified (R = linears.rows(N); s is LlamaShape::of(config, B, T,
+// linears.split()), and the attention op serves s.Hkv key/value heads). attention_kept: a.atty, a.lse and
+// a.attention already hold this layer's attention (kept by a checkpoint policy), which is not run again;
+// everything else is recomputed.
 //.
 void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
-                         AttentionOp& attention, LlamaBlockScratch& scratch, const LlamaShape& s,
-                         const RopeTables& rope, OpObserver* observer = nullptr, bool attention_kept = false);
+                         AttentionOp& attention, LinearOps& linears, LlamaBlockScratch& scratch,
+                         const LlamaShape& s, const RopeTables& rope, OpObserver* observer = nullptr,
+                         bool attention_kept = false);
 
-// dres [N, C]: d(block output) in, d(x) out. Gradients accumulate into g.
+// dres [R, C]: d(block output) in, d(x) out. Gradients accumulate into g (under TP-SP the norms' are
+// partial sums over this rank's tokens, summed over tp by the step).
 void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
-                          const LlamaLayerTensors& g, AttentionOp& attention, LlamaBlockScratch& scratch,
-                          const LlamaShape& s, const RopeTables& rope, OpObserver* observer = nullptr);
+                          const LlamaLayerTensors& g, AttentionOp& attention, LinearOps& linears,
+                          LlamaBlockScratch& scratch, const LlamaShape& s, const RopeTables& rope,
+                          OpObserver* observer = nullptr);
 
 }  // namespace odyssey

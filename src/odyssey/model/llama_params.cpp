@@ -36,24 +36,29 @@ ParamTable llama_param_table(const ModelConfig& c) {
   const int64_t C = c.d_model, V = c.vocab_size, D = c.head_dim(), H = c.n_head, K = c.kv_heads(),
                 F = c.ffn_dim();
   using Init = ParamInfo::Init;  // Hugging Face: normal(0, 0.02) for every matrix, norms one
+  // Tensor parallelism (§1.4, §1.8): q, k, v by heads (k, v replicated when tp exceeds their heads),
+  // o_proj by its input heads, gate and up by output rows, down by input columns; embeddings and
+  // lm_head by vocabulary rows; norms replicated.
+  const TpRule q_rule{0, 1, int(H)}, kv_rule{0, 1, int(K), true}, o_rule{1, 1, int(H)}, out_rows{0},
+      in_cols{1}, vocab{.dim = 0, .vocab = true};
   ParamTable t;
-  t.add("model.embed_tokens.weight", {V, C}, Init::normal);
+  t.add("model.embed_tokens.weight", {V, C}, Init::normal, vocab);
   for (int l = 0; l < c.n_layer; ++l) {
     t.begin_unit();
     const std::string p = "model.layers." + std::to_string(l) + ".";
     t.add(p + "input_layernorm.weight", {C}, Init::ones);
-    t.add(p + "self_attn.q_proj.weight", {H * D, C}, Init::normal);
-    t.add(p + "self_attn.k_proj.weight", {K * D, C}, Init::normal);
-    t.add(p + "self_attn.v_proj.weight", {K * D, C}, Init::normal);
-    t.add(p + "self_attn.o_proj.weight", {C, H * D}, Init::normal);
+    t.add(p + "self_attn.q_proj.weight", {H * D, C}, Init::normal, q_rule);
+    t.add(p + "self_attn.k_proj.weight", {K * D, C}, Init::normal, kv_rule);
+    t.add(p + "self_attn.v_proj.weight", {K * D, C}, Init::normal, kv_rule);
+    t.add(p + "self_attn.o_proj.weight", {C, H * D}, Init::normal, o_rule);
     t.add(p + "post_attention_layernorm.weight", {C}, Init::ones);
-    t.add(p + "mlp.gate_proj.weight", {F, C}, Init::normal);
-    t.add(p + "mlp.up_proj.weight", {F, C}, Init::normal);
-    t.add(p + "mlp.down_proj.weight", {C, F}, Init::normal);
+    t.add(p + "mlp.gate_proj.weight", {F, C}, Init::normal, out_rows);
+    t.add(p + "mlp.up_proj.weight", {F, C}, Init::normal, out_rows);
+    t.add(p + "mlp.down_proj.weight", {C, F}, Init::normal, in_cols);
   }
   t.begin_unit();
   t.add("model.norm.weight", {C}, Init::ones);
-  if (!c.tie_embeddings) t.add("lm_head.weight", {V, C}, Init::normal);
+  if (!c.tie_embeddings) t.add("lm_head.weight", {V, C}, Init::normal, vocab);
   t.finish();
   return t;
 }

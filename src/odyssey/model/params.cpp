@@ -19,27 +19,31 @@ ParamTable::ParamTable(const ModelConfig& config)
 
 std::vector<int64_t> ParamInfo::local_shape() const {
   std::vector<int64_t> s = shape;
-  if (!shard.whole()) s[size_t(shard.dim)] /= shard.count;
+  if (!shard.whole())
+    s[size_t(shard.dim)] = (shard.padded ? shard.padded : s[size_t(shard.dim)]) / shard.count;
   return s;
 }
 
-void ParamTable::add(std::string name, std::vector<int64_t> shape, ParamInfo::Init init) {
+void ParamTable::add(std::string name, std::vector<int64_t> shape, ParamInfo::Init init, TpRule tp) {
   ParamInfo p;
   p.name = std::move(name);
   p.shape = std::move(shape);
   p.index = int(tensors_.size());
   p.init = init;
+  p.tp = tp;
   p.weight_decay = p.shape.size() >= 2;
   append(p);
 }
 
 void ParamTable::append(const ParamInfo& like) {
   ParamInfo p = like;
-  ODY_CHECK(p.shard.whole() || (p.shard.dim < int(p.shape.size()) && p.shard.count > 0 &&
-                                p.shape[size_t(p.shard.dim)] % p.shard.count == 0 && p.shard.index >= 0 &&
-                                p.shard.index < p.shard.count),
-            "parameter {}: shard {}/{} of dimension {} does not divide its shape", p.name, p.shard.index,
-            p.shard.count, p.shard.dim);
+  const TensorShard& s = p.shard;
+  const int64_t extent = s.whole() ? 0 : (s.padded ? s.padded : p.shape[size_t(s.dim)]);
+  ODY_CHECK(s.whole() || (s.dim < int(p.shape.size()) && s.count > 0 && s.parts > 0 && s.index >= 0 &&
+                          s.index < s.count && extent % (int64_t(s.parts) * s.count) == 0 &&
+                          (s.padded == 0 || (s.parts == 1 && s.padded >= p.shape[size_t(s.dim)]))),
+            "parameter {}: shard {}/{} ({} parts) of dimension {} does not divide its shape", p.name, s.index,
+            s.count, s.parts, s.dim);
   p.unit = unit_;
   p.numel = 1;
   for (int64_t d : p.local_shape()) p.numel *= d;
@@ -58,6 +62,42 @@ ParamTable ParamTable::units(int first, int last) const {
       if (p.unit == u) t.append(p);
   }
   return t;
+}
+
+ParamTable ParamTable::tensor_parallel(int t, int r) const {
+  ODY_CHECK(t >= 1 && r >= 0 && r < t, "tensor parallelism: rank {} of {}", r, t);
+  ParamTable out;
+  for (int u = 0; u < num_units(); ++u) {
+    if (u > 0) out.begin_unit();
+    for (ParamInfo p : tensors_) {
+      if (p.unit != u) continue;
+      const TpRule& rule = p.tp;
+      if (t > 1 && rule.dim >= 0) {
+        const int64_t extent = p.shape[size_t(rule.dim)];
+        TensorShard s{rule.dim, r, t, rule.parts, 0};
+        if (rule.vocab) {
+          s.padded = (extent + t - 1) / t * t;
+        } else if (rule.kv && t > rule.heads) {
+          ODY_CHECK(t % rule.heads == 0,
+                    "parameter {}: model.n_kv_head = {} and parallel.tp = {} must divide one another", p.name,
+                    rule.heads, t);
+          s.index = r / (t / rule.heads), s.count = rule.heads;  // one head, on t / heads ranks
+        } else {
+          ODY_CHECK(rule.heads == 0 || rule.heads % t == 0,
+                    "parameter {}: its {} heads (model.n_head / model.n_kv_head) do not split over "
+                    "parallel.tp = {}",
+                    p.name, rule.heads, t);
+          ODY_CHECK(extent % (int64_t(rule.parts) * t) == 0,
+                    "parameter {}: dimension {} of size {} does not split over parallel.tp = {}", p.name,
+                    rule.dim, extent, t);
+        }
+        p.shard = s;
+      }
+      out.append(p);
+    }
+  }
+  out.finish();
+  return out;
 }
 
 void ParamTable::begin_unit() {
@@ -86,28 +126,32 @@ void init_parameter_range(float* params, const ParamTable& table, const ModelCon
   const float std = 0.02f;
   const float residual_std = std / std::sqrt(2.0f * float(config.n_layer));
   for (const ParamInfo& p : table.tensors()) {
-    ODY_CHECK(p.shard.whole(), "init: parameter {} is a shard; sharded initialisation is not supported",
-              p.name);
     const uint64_t t = uint64_t(p.index);
     // Elements [b, e) of tensor t lie in the range.
     const int64_t b = std::max<int64_t>(begin - p.offset, 0), e = std::min<int64_t>(end - p.offset, p.numel);
     if (b >= e) continue;
-    float* x = params + p.offset + b;
-    const size_t n = size_t(e - b);
-    switch (p.init) {
-      case ParamInfo::Init::normal:
-        philox_fill_normal(x, n, 0.0f, std, seed, t, uint64_t(b));
-        break;
-      case ParamInfo::Init::normal_residual:
-        philox_fill_normal(x, n, 0.0f, residual_std, seed, t, uint64_t(b));
-        break;
-      case ParamInfo::Init::zeros:
-        std::fill(x, x + n, 0.0f);
-        break;
-      case ParamInfo::Init::ones:
-        std::fill(x, x + n, 1.0f);
-        break;
-    }
+    std::fill(params + p.offset + b, params + p.offset + e, 0.0f);  // padding rows stay zero
+    // Each run the piece holds of the global tensor, clipped to [b, e), drawn at its global index.
+    p.for_each_run([&](int64_t local, int64_t global, int64_t len) {
+      const int64_t lb = std::max(local, b), le = std::min(local + len, e);
+      if (lb >= le) return;
+      float* x = params + p.offset + lb;
+      const size_t n = size_t(le - lb);
+      const uint64_t at = uint64_t(global + (lb - local));
+      switch (p.init) {
+        case ParamInfo::Init::normal:
+          philox_fill_normal(x, n, 0.0f, std, seed, t, at);
+          break;
+        case ParamInfo::Init::normal_residual:
+          philox_fill_normal(x, n, 0.0f, residual_std, seed, t, at);
+          break;
+        case ParamInfo::Init::zeros:
+          break;
+        case ParamInfo::Init::ones:
+          std::fill(x, x + n, 1.0f);
+          break;
+      }
+    });
   }
 }
 

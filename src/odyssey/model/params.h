@@ -5,6 +5,7 @@
 // llama_params.h) and the registry (architecture.h) names the builder.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,21 +15,41 @@
 namespace odyssey {
 
 // Which piece of a tensor a table holds (tensor parallelism splits a tensor across ranks): dimension
-// `dim` of the global shape is cut into `count` equal pieces and this table holds piece `index`.
-// dim = -1: the whole tensor (every tensor today; the checkpoint and init code refuse anything else
-// until tensor parallelism writes its slices as boxes of the global tensor).
+// `dim` of the global shape is `parts` sub-parameters laid end to end (GPT-2's c_attn: q, k, v), each
+// cut into `count` equal pieces, and this table holds piece `index` of every part, concatenated.
+// padded > 0: the dimension is padded to that size before it is cut (a vocabulary padded to a
+// multiple of tp); rows past the real size are padding, held as zeros. dim = -1: the whole tensor.
+// (Checkpoints refuse shards until they write slices as boxes of the global tensor.)
 struct TensorShard {
   int dim = -1;
   int index = 0;
   int count = 1;
+  int parts = 1;
+  int64_t padded = 0;
   bool whole() const { return dim < 0; }
   bool operator==(const TensorShard&) const = default;
+};
+
+// How tensor parallelism over t ranks splits a tensor (tensor-pipeline-parallelism.md §1.4, §1.8):
+// dim < 0: replicated on every rank. Otherwise dimension dim is split t ways in `parts` sub-parameters.
+// heads > 0: the dimension holds that many heads per part, which t must divide (a cut never splits a
+// head); with kv, t may instead be a multiple of them, and each rank then holds the one head
+// r / (t / heads), replicated on t / heads ranks (Llama's k and v). vocab: the dimension is padded to a
+// multiple of t (§1.5).
+struct TpRule {
+  int dim = -1;
+  int parts = 1;
+  int heads = 0;
+  bool kv = false;
+  bool vocab = false;
+  bool operator==(const TpRule&) const = default;
 };
 
 struct ParamInfo {
   std::string name;            // e.g. "h.3.attn.c_attn.weight"
   std::vector<int64_t> shape;  // global shape
   TensorShard shard;           // the piece of it held here
+  TpRule tp;                   // how tensor parallelism splits it
   int64_t offset = 0;          // into the flat buffer, in elements
   int64_t numel = 0;           // elements held here (the local shape's)
   int index = 0;               // position in the whole model's table: keys its initialisation stream, so
@@ -41,6 +62,10 @@ struct ParamInfo {
 
   // The shape of the piece held here (shape itself for a whole tensor).
   std::vector<int64_t> local_shape() const;
+  // Calls f(local, global, n) for each run of n elements held here contiguously: local offset in the
+  // piece, global offset in the row-major global tensor (padding rows are in no run).
+  template <typename F>
+  void for_each_run(F&& f) const;
 };
 
 // Units: the granularity at which parallel code handles parameters (ZeRO-3 gathers one unit at a
@@ -57,13 +82,16 @@ class ParamTable {
   // Building, in buffer order: add() appends a tensor to the current unit; append() appends a copy of
   // another table's tensor (its name, shape, init and index kept); begin_unit() closes the unit and
   // opens the next; finish() closes the last.
-  void add(std::string name, std::vector<int64_t> shape, ParamInfo::Init init);
+  void add(std::string name, std::vector<int64_t> shape, ParamInfo::Init init, TpRule tp = {});
   void append(const ParamInfo& like);
   void begin_unit();
   void finish();
   // A pipeline stage's table: the tensors of this table's units [first, last], renumbered from unit 0
   // at offset 0 (init streams kept). The caller may append more (a tied head) before finish().
   ParamTable units(int first, int last) const;
+  // Rank r's table under tensor parallelism over t ranks: every tensor cut by its TpRule (same names,
+  // global shapes, units and init streams). Fails naming the tensor when a dimension does not split.
+  ParamTable tensor_parallel(int t, int r) const;
 
   const std::vector<ParamInfo>& tensors() const { return tensors_; }
   int64_t total() const { return total_; }
@@ -83,15 +111,32 @@ class ParamTable {
 };
 
 // Fills params by each tensor's Init, deterministically from seed: tensor t's values are a Philox
-// stream keyed by (seed, t.index), so they do not depend on how the buffer is sharded or staged.
+// stream keyed by (seed, t.index) and addressed by the global element index, so they do not depend on
+// how the buffer is sharded, staged or split by tensor parallelism.
 void init_parameters(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed);
 // The same for dense elements [begin, end) only (the rest of params is not touched): a rank that keeps
 // a shard initialises only its shard, and its values equal those of the whole-buffer call.
 void init_parameter_range(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,
                           int64_t begin, int64_t end);
-// The same for dense elements [begin, end) only (the rest of params is not touched): a rank that keeps
-// a shard initialises only its shard, and its values equal those of the whole-buffer call.
-void init_parameter_range(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,
-                          int64_t begin, int64_t end);
+
+template <typename F>
+void ParamInfo::for_each_run(F&& f) const {
+  if (shard.whole()) return f(int64_t{0}, int64_t{0}, numel);
+  // The global tensor as [outer, extent, inner] around the cut dimension.
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < shard.dim; ++d) outer *= shape[size_t(d)];
+  for (size_t d = size_t(shard.dim) + 1; d < shape.size(); ++d) inner *= shape[d];
+  const int64_t extent = shape[size_t(shard.dim)];
+  const int64_t part = (shard.padded ? shard.padded : extent) / shard.parts;  // rows of one sub-parameter
+  const int64_t piece = part / shard.count;                                   // rows of it held here
+  int64_t local = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int s = 0; s < shard.parts; ++s) {
+      const int64_t row = s * part + shard.index * piece;                        // first global row
+      const int64_t real = std::max<int64_t>(0, std::min(piece, extent - row));  // not padding
+      if (real > 0) f(local, (o * extent + row) * inner, real * inner);
+      local += piece * inner;
+    }
+}
 
 }  // namespace odyssey

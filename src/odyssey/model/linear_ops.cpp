@@ -1,0 +1,69 @@
+#include "odyssey/model/linear_ops.h"
+
+#include <string>
+
+#include "odyssey/kernels/linear.h"
+
+namespace odyssey {
+
+namespace {
+
+double flops(const LinearCall& c) {
+  return 2.0 * double(c.n) * c.in * c.out;
+}
+
+std::string name(const char* kind, const LinearCall& c) {
+  return std::string(kind) + c.tag;
+}
+
+}  // namespace
+
+void observed_forward(const LinearCall& c, float* out, const float* inp, const float* weight,
+                      const float* bias) {
+  observed(c.observer, name("gemm.fwd.", c).c_str(), flops(c),
+           [&] { linear_forward(out, inp, weight, bias, int(c.n), c.in, c.out); });
+}
+
+void observed_backward_input(const LinearCall& c, float* dinp, const float* dout, const float* weight) {
+  observed(c.observer, name("gemm.dinp.", c).c_str(), flops(c),
+           [&] { linear_backward_input(dinp, dout, weight, int(c.n), c.in, c.out); });
+}
+
+void observed_backward_weight(const LinearCall& c, float* dweight, const float* dout, const float* inp) {
+  observed(c.observer, name("gemm.dweight.", c).c_str(), flops(c),
+           [&] { linear_backward_weight(dweight, dout, inp, int(c.n), c.in, c.out); });
+}
+
+void observed_backward_bias(const LinearCall& c, float* dbias, const float* dout, int64_t rows) {
+  if (!dbias) return;
+  observed(c.observer, "bias_grad.colsum", 0, [&] { linear_backward_bias(dbias, dout, int(rows), c.out); });
+}
+
+void LocalLinears::column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
+                                  const LinearCall& c) {
+  observed_forward(c, y_r, x, W_r, b_r);
+}
+
+void LocalLinears::column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                                   const float* W_r, const LinearCall& c) {
+  observed_backward_input(c, dx, dy_r, W_r);
+  observed_backward_weight(c, dW_r, dy_r, x);
+  observed_backward_bias(c, db_r, dy_r, c.n);
+}
+
+void LocalLinears::row_forward(float* y, const float* x_r, const float* W_r, const float* b,
+                               const LinearCall& c) {
+  observed_forward(c, y, x_r, W_r, b);
+}
+
+void LocalLinears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                                const float* W_r, const LinearCall& c) {
+  column_backward(dx_r, dW_r, db, dy, x_r, W_r, c);  // one rank: the same linear
+}
+
+LinearOps& local_linears() {
+  static LocalLinears local;
+  return local;
+}
+
+}  // namespace odyssey

@@ -1,0 +1,85 @@
+// The linear seam of a block: how its four projections run. A block has two pairs, each a linear that
+// widens (qkv, fc / gate_up: "column" linears, splitting output features under tensor parallelism)
+// followed by one that narrows back to the model width (attention projection, fc_proj / down: "row"
+// linears, splitting input features). With one rank both are plain linears: LocalLinears runs exactly
+// the kernels a block always ran. Tensor parallelism (parallel/tp_linear.h) implements the same calls
+// with Megatron's communication around them (tensor-pipeline-parallelism.md §1.2, §1.3, §1.7), as
+// Ulysses implements the attention seam (attention_op.h).
+//
+// Sizes are this rank's: a column linear maps [n, in] (in the full model width) to [n, out] (its
+// share of the output features); a row linear maps [n, in] (its share of the input features) to the
+// model width out. The residual stream a rank holds is rows(n) tokens: all n, or under Megatron
+// sequence parallelism (TP-SP) its slice of n / tp tokens. Inputs and output gradients in the
+// residual stream's layout are [rows(n), X]; those between the pair are [n, X].
+#pragma once
+
+#include <cstdint>
+
+#include "odyssey/model/op_observer.h"
+
+namespace odyssey {
+
+// How a layer is split over a tensor-parallel group of t ranks (the shapes its buffers take).
+struct TpSplit {
+  int t = 1;
+  bool sequence_parallel = false;
+  int64_t rows(int64_t n) const { return sequence_parallel ? n / t : n; }
+};
+
+struct LinearCall {
+  int64_t n = 0;         // tokens of the tp group
+  int in = 0, out = 0;   // this rank's features
+  const char* tag = "";  // names the ops for an observer: "gemm.fwd.<tag>", ...
+  OpObserver* observer = nullptr;
+};
+
+class LinearOps {
+ public:
+  virtual ~LinearOps() = default;
+  virtual int tp() const { return 1; }
+  virtual int tp_rank() const { return 0; }
+  virtual bool sequence_parallel() const { return false; }
+  int64_t rows(int64_t n) const { return split().rows(n); }
+  TpSplit split() const { return {tp(), sequence_parallel()}; }
+
+  // y_r [n, out] = x_full W_r^T + b_r; x [rows(n), in]; W_r [out, in]; b_r [out] or null.
+  virtual void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
+                              const LinearCall& c) = 0;
+  // dx [rows(n), in] += d/dx; dW_r += dy_r^T x_full; db_r += column sums of dy_r (db_r may be null).
+  virtual void column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                               const float* W_r, const LinearCall& c) = 0;
+  // y [rows(n), out] = (sum over ranks of x_r W_r^T) + b; x_r [n, in]; W_r [out, in]; b [out] or null,
+  // replicated, added once.
+  virtual void row_forward(float* y, const float* x_r, const float* W_r, const float* b,
+                           const LinearCall& c) = 0;
+  // dy [rows(n), out]. dx_r [n, in] += dy_full W_r; dW_r += dy_full^T x_r; db += column sums of the dy
+  // this rank holds (under TP-SP a partial sum over the tp group, which the step sums once).
+  virtual void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                            const float* W_r, const LinearCall& c) = 0;
+};
+
+// One rank: plain linears, each GEMM observed on its own.
+class LocalLinears : public LinearOps {
+ public:
+  void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
+                      const LinearCall& c) override;
+  void column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                       const float* W_r, const LinearCall& c) override;
+  void row_forward(float* y, const float* x_r, const float* W_r, const float* b,
+                   const LinearCall& c) override;
+  void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r, const float* W_r,
+                    const LinearCall& c) override;
+};
+
+// A process-wide LocalLinears (it holds no state).
+LinearOps& local_linears();
+
+// The pieces of a linear's backward, each observed as "gemm.dinp.<tag>", "gemm.dweight.<tag>",
+// "bias_grad.colsum" (shared by the local and the tensor-parallel linears).
+void observed_backward_input(const LinearCall& c, float* dinp, const float* dout, const float* weight);
+void observed_backward_weight(const LinearCall& c, float* dweight, const float* dout, const float* inp);
+void observed_backward_bias(const LinearCall& c, float* dbias, const float* dout, int64_t rows);
+void observed_forward(const LinearCall& c, float* out, const float* inp, const float* weight,
+                      const float* bias);
+
+}  // namespace odyssey

@@ -1,0 +1,88 @@
+#include "odyssey/parallel/tp_linear.h"
+
+#include <cstring>
+
+#include "odyssey/core/error.h"
+#include "odyssey/kernels/elementwise.h"
+#include "odyssey/parallel/tp_ops.h"
+
+namespace odyssey {
+
+namespace {
+
+float* sized(FloatBuffer& b, int64_t n) {
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
+// Exactly n floats of b, zeroed.
+float* zeroed(FloatBuffer& b, int64_t n) {
+  float* p = sized(b, n);
+  std::memset(p, 0, size_t(n) * sizeof(float));
+  return p;
+}
+
+// rows of y [rows, cols] += b [cols]
+void add_bias(float* y, const float* b, int64_t rows, int cols) {
+  for (int64_t i = 0; i < rows; ++i) accumulate(y + i * cols, b, size_t(cols));
+}
+
+}  // namespace
+
+const float* TensorParallelLinears::gathered(const float* x, int64_t n, int X, const LinearCall& c) {
+  if (!sequence_parallel_) return x;
+  float* g = sized(full_, n * X);
+  observed(c.observer, "comm.tp.all_gather", 0, [&] { tp_gather_tokens(tp_, x, g, n, X); });
+  return g;
+}
+
+void TensorParallelLinears::column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
+                                           const LinearCall& c) {
+  observed_forward(c, y_r, gathered(x, c.n, c.in, c), W_r, b_r);
+}
+
+void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                            const float* x, const float* W_r, const LinearCall& c) {
+  const float* x_full = gathered(x, c.n, c.in, c);
+  // dx_partial [n, in]: this rank's output features' share of dx, reduced over tp (plain: all-reduce
+  // to the full dx; TP-SP: reduce-scatter to this rank's slice) while the weight gradient is computed.
+  float* dxp = zeroed(partial_, c.n * c.in);
+  observed_backward_input(c, dxp, dy_r, W_r);
+  const int64_t count = rows(c.n) * c.in;
+  float* reduced = dxp;
+  RequestPtr pending;
+  if (tp_.size() > 1 && sequence_parallel_) {
+    reduced = sized(reduced_, count);
+    pending = tp_.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
+  } else if (tp_.size() > 1) {
+    pending = tp_.all_reduce_async(dxp, size_t(count), DType::f32);
+  }
+  observed_backward_weight(c, dW_r, dy_r, x_full);
+  observed_backward_bias(c, db_r, dy_r, c.n);
+  if (pending) observed(c.observer, "comm.tp.wait", 0, [&] { pending->wait(); });
+  accumulate(dx, reduced, size_t(count));
+}
+
+void TensorParallelLinears::row_forward(float* y, const float* x_r, const float* W_r, const float* b,
+                                        const LinearCall& c) {
+  if (sequence_parallel_) {
+    float* p = sized(partial_, c.n * c.out);
+    observed_forward(c, p, x_r, W_r, nullptr);
+    observed(c.observer, "comm.tp.reduce_scatter", 0,
+             [&] { tp_reduce_scatter_tokens(tp_, p, y, c.n, c.out); });
+  } else {
+    observed_forward(c, y, x_r, W_r, nullptr);
+    observed(c.observer, "comm.tp.all_reduce", 0, [&] { tp_all_reduce(tp_, y, c.n * c.out); });
+  }
+  if (b) add_bias(y, b, rows(c.n), c.out);  // after the reduction: before it, it would count t times
+}
+
+void TensorParallelLinears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy,
+                                         const float* x_r, const float* W_r, const LinearCall& c) {
+  observed_backward_bias(c, db, dy, rows(c.n));  // this rank's rows, before the gather
+  const float* dy_full = gathered(dy, c.n, c.out, c);
+  observed_backward_input(c, dx_r, dy_full, W_r);
+  observed_backward_weight(c, dW_r, dy_full, x_r);
+}
+
+}  // namespace odyssey

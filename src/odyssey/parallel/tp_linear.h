@@ -1,0 +1,51 @@
+// Megatron's column- and row-parallel linears over a tensor-parallel group (tensor-pipeline-
+// parallelism.md §1.2, §1.3, §1.7): the block's linear seam (model/linear_ops.h) under tensor
+// parallelism, with and without Megatron sequence parallelism (TP-SP). Weights in the nn.Linear
+// layout [out, in]; each rank holds its shard contiguously.
+//
+// A column-parallel linear followed by a row-parallel one communicates only at the two ends:
+//   plain TP: x [n, C] replicated -> column (no comm) -> local [n, O/t] -> row: all-reduce -> [n, C]
+//   TP-SP:    x slice [n/t, C] -> column: all-gather -> [n, O/t] -> row: reduce-scatter -> [n/t, C]
+// Backward runs the adjoints. The column backward's dx collective is started before the weight
+// gradient GEMM so the two overlap; under TP-SP the column input is gathered again in backward
+// (Megatron's default: the gathered copy is not kept).
+#pragma once
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/core/buffer.h"
+#include "odyssey/model/linear_ops.h"
+
+namespace odyssey {
+
+class TensorParallelLinears : public LinearOps {
+ public:
+  TensorParallelLinears(Communicator& tp, bool sequence_parallel)
+      : tp_(tp), sequence_parallel_(sequence_parallel) {}
+
+  int tp() const override { return tp_.size(); }
+  int tp_rank() const override { return tp_.rank(); }
+  bool sequence_parallel() const override { return sequence_parallel_; }
+
+  void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
+                      const LinearCall& c) override;
+  void column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                       const float* W_r, const LinearCall& c) override;
+  void row_forward(float* y, const float* x_r, const float* W_r, const float* b,
+                   const LinearCall& c) override;
+  void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r, const float* W_r,
+                    const LinearCall& c) override;
+
+  // Scratch held between calls (the gathered input or output gradient, the partial sums, a
+  // reduce-scatter's result: n * max(in, out) floats each at most).
+  size_t bytes() const { return full_.bytes() + partial_.bytes() + reduced_.bytes(); }
+
+ private:
+  // x [rows(n), X] -> [n, X]: x itself, or under TP-SP the all-gather of the token slices into full_.
+  const float* gathered(const float* x, int64_t n, int X, const LinearCall& c);
+
+  Communicator& tp_;
+  bool sequence_parallel_;
+  FloatBuffer full_, partial_, reduced_;
+};
+
+}  // namespace odyssey

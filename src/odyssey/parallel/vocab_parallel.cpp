@@ -1,0 +1,150 @@
+#include "odyssey/parallel/vocab_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "odyssey/core/error.h"
+#include "odyssey/kernels/elementwise.h"
+#include "odyssey/kernels/vec_math.h"
+#include "odyssey/parallel/tp_ops.h"
+
+namespace odyssey {
+
+namespace {
+
+float* sized(FloatBuffer& b, int64_t n) {
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
+void check_ids(const int* ids, int64_t n, int64_t V, const char* what) {
+  for (int64_t j = 0; j < n; ++j)
+    ODY_CHECK(ids[j] < V, "vocab-parallel {}: id {} of token {} is outside the vocabulary of {}", what,
+              ids[j], j, V);
+}
+
+// e [n, C] = E_r[id - lo] for owned ids, 0 elsewhere.
+void masked_lookup(float* e, const int* ids, const float* E_r, const VocabShard& s, int64_t n, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    float* row = e + j * C;
+    if (s.owns(ids[j]))
+      std::copy_n(E_r + (ids[j] - s.lo) * C, C, row);
+    else
+      std::fill_n(row, C, 0.0f);
+  }
+}
+
+// The per-token statistics of the shard's real columns, after the group's max m is known:
+// stats [2n] = (sum over own real columns of exp(x - m), own target's x - m or 0).
+void shard_stats(float* stats, const float* logits_r, const int* targets, const float* m, const VocabShard& s,
+                 int64_t n) {
+  const int64_t R = s.rows, real = s.real;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    const float* x = logits_r + j * R;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < real; ++v) sum += vexp(x[v] - m[j]);
+    stats[j] = float(sum);
+    stats[n + j] = s.owns(targets[j]) ? x[targets[j] - s.lo] - m[j] : 0.0f;
+  }
+}
+
+// Runs the two reductions and leaves m [n] (group max) and stats [2n] (group sums) in scratch.
+// Returns {m, stats}.
+std::pair<const float*, const float*> group_stats(Communicator& tp, const float* logits_r, const int* targets,
+                                                  const VocabShard& s, int64_t n, FloatBuffer& scratch) {
+  check_ids(targets, n, s.V, "cross-entropy target");
+  float* m = sized(scratch, 3 * n);
+  float* stats = m + n;
+  const int64_t R = s.rows, real = s.real;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    const float* x = logits_r + j * R;
+    float mx = -INFINITY;  // a shard of padding only contributes -inf
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < real; ++v) mx = x[v] > mx ? x[v] : mx;
+    m[j] = mx;
+  }
+  if (tp.size() > 1) tp.all_reduce(m, size_t(n), DType::f32, ReduceOp::max);  // before any exp
+  shard_stats(stats, logits_r, targets, m, s, n);
+  tp_all_reduce(tp, stats, 2 * n);
+  return {m, stats};
+}
+
+}  // namespace
+
+int64_t padded_vocab(int64_t V, int t) {
+  return (V + t - 1) / t * t;
+}
+
+VocabShard vocab_shard(const Communicator& tp, int64_t V) {
+  ODY_CHECK(V > 0, "vocab-parallel: empty vocabulary");
+  VocabShard s;
+  s.V = V;
+  s.Vp = padded_vocab(V, tp.size());
+  s.rows = s.Vp / tp.size();
+  s.lo = tp.rank() * s.rows;
+  s.real = std::clamp<int64_t>(V - s.lo, 0, s.rows);
+  return s;
+}
+
+void vocab_embedding_forward(Communicator& tp, float* e, const int* ids, const float* E_r,
+                             const VocabShard& s, int64_t n, int C, bool slice_tokens, FloatBuffer& scratch) {
+  check_ids(ids, n, s.V, "embedding");
+  if (slice_tokens) {
+    float* partial = sized(scratch, n * C);
+    masked_lookup(partial, ids, E_r, s, n, C);
+    tp_reduce_scatter_tokens(tp, partial, e, n, C);
+  } else {
+    masked_lookup(e, ids, E_r, s, n, C);
+    tp_all_reduce(tp, e, n * C);
+  }
+}
+
+void vocab_embedding_backward(Communicator& tp, float* dE_r, const float* de, const int* ids,
+                              const VocabShard& s, int64_t n, int C, bool slice_tokens,
+                              FloatBuffer& scratch) {
+  const float* full = de;
+  if (slice_tokens) {
+    float* g = sized(scratch, n * C);
+    tp_gather_tokens(tp, de, g, n, C);
+    full = g;
+  }
+  // Serial over tokens: two tokens with the same id add into one row, in token order (deterministic).
+  for (int64_t j = 0; j < n; ++j)
+    if (s.owns(ids[j])) accumulate(dE_r + (ids[j] - s.lo) * C, full + j * C, size_t(C));
+}
+
+void vp_cross_entropy_forward(Communicator& tp, float* losses, const float* logits_r, const int* targets,
+                              const VocabShard& s, int64_t n, FloatBuffer& scratch) {
+  const auto [m, stats] = group_stats(tp, logits_r, targets, s, n, scratch);
+  for (int64_t j = 0; j < n; ++j)  // -log p[t] = log(sum exp(x - m)) - (x[t] - m)
+    losses[j] = targets[j] < 0 ? 0.0f : float(std::log(double(stats[j]))) - stats[n + j];
+}
+
+void vp_cross_entropy_forward_backward(Communicator& tp, float* logits_to_dlogits_r, float* losses,
+                                       const int* targets, const VocabShard& s, int64_t n, float dloss,
+                                       FloatBuffer& scratch) {
+  const auto [m, stats] = group_stats(tp, logits_to_dlogits_r, targets, s, n, scratch);
+  const int64_t R = s.rows, real = s.real;
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j) {
+    float* x = logits_to_dlogits_r + j * R;
+    if (targets[j] < 0) {
+      losses[j] = 0.0f;
+      std::fill_n(x, R, 0.0f);
+      continue;
+    }
+    losses[j] = float(std::log(double(stats[j]))) - stats[n + j];
+    const float scale = dloss / stats[j];
+#pragma omp simd
+    for (int64_t v = 0; v < real; ++v) x[v] = vexp(x[v] - m[j]) * scale;
+    std::fill(x + real, x + R, 0.0f);  // padding columns
+    if (s.owns(targets[j])) x[targets[j] - s.lo] -= dloss;
+  }
+}
+
+}  // namespace odyssey
