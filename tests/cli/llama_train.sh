@@ -42,23 +42,6 @@ threads = 1
 [memory]
 head_chunk_tokens = 48
 TOML
-run() {  # run NAME NP ARGS...: metrics and checkpoints in $WORK/NAME
-  local name="$1" np="$2"
-  shift 2
-  mpirun -np "$np" --oversubscribe "$ODYSSEY" train --config "$cfg" --set "checkpoint.dir=$WORK/$name" "$@" \
-    >"$WORK/$name.log" 2>&1 || fail "$name: exit code $? ($(tail -n 3 "$WORK/$name.log"))"
-}
-losses() { grep -oE '"loss":[^,}]*' "$WORK/$1/metrics.jsonl" | cut -d: -f2; }
-compare() {  # compare NAME [REF]: every step's loss within relative 1e-5 of REF's (default: ref)
-  local name="$1" ref="${2:-ref}"
-  if paste -d' ' <(losses "$ref") <(losses "$name") |
-    awk 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1; n++ }
-         END { exit (bad || n != 10) }'; then
-    echo "ok: $name matches $ref's losses"
-  else
-    fail "$name: losses differ from $ref: $(paste <(losses "$ref") <(losses "$name") | head -3 | tr '\n' ' ')"
-  fi
-}
 run ref 1
 [ "$(losses ref | wc -l)" = 10 ] || fail "ref: expected 10 losses"
 run zero3 2 --set parallel.zero_stage=3

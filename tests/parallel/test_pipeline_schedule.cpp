@@ -4,6 +4,7 @@
 // micro-batches are the spec's. Broken tables are refused with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "odyssey/core/error.h"
@@ -14,8 +15,8 @@ namespace {
 
 TEST(PipelineSchedule, EverySmallCaseValidatesWithTheFormulaBubble) {
   int cases = 0;
-  for (int P = 1; P <= 6; ++P)
-    for (int m = 1; m <= 12; ++m) {
+  for (int P = 1; P <= 8; ++P)  // spec §6.6: P in 1..8, m in 1..3P, v in 1..3
+    for (int m = 1; m <= 3 * P; ++m) {
       for (PipelineSchedule kind : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
         const PipelineShape s{P, 1, m};
         const ScheduleSimulation sim = validate_schedule(build_schedule(kind, s), s);
@@ -29,14 +30,18 @@ TEST(PipelineSchedule, EverySmallCaseValidatesWithTheFormulaBubble) {
         if (m % P) continue;
         const PipelineShape s{P, v, m};
         const ScheduleSimulation sim = validate_schedule(build_schedule(PipelineSchedule::interleaved, s), s);
-        if (P > 1 && m >= P)  // the formula's regime
+        if (P > 1 && m >= P) {  // the formula's regime
           EXPECT_NEAR(sim.bubble_fraction, double(P - 1) / (v * m + P - 1), 1e-12)
               << P << " " << v << " " << m;
-        EXPECT_LE(sim.peak_in_flight[0], v * P + P - 1);
+        }
+        // Its warm-up forwards and one more (first rank: P + (P - 1) / v whole stages).
+        for (int r = 0; r < P; ++r)
+          EXPECT_EQ(sim.peak_in_flight[size_t(r)], std::min((P - r - 1) * 2 + (v - 1) * P + 1, m * v))
+              << "P " << P << " v " << v << " m " << m << " rank " << r;
         ++cases;
       }
     }
-  EXPECT_GT(cases, 150);
+  EXPECT_GT(cases, 250);
 }
 
 TEST(PipelineSchedule, SpecFigures) {
@@ -97,6 +102,13 @@ TEST(PipelineSchedule, LayerSplit) {
       EXPECT_EQ(next, L);
     }
   EXPECT_THROW(split_layers(3, 4), Error);
+  // An explicit split (parallel.pp_layers) places every layer once, each stage at least one.
+  EXPECT_EQ(stage_layers(9, 2, {}), split_layers(9, 2));
+  EXPECT_EQ(stage_layers(9, 3, {1, 5, 3}), (R{{0, 1}, {1, 6}, {6, 9}}));
+  EXPECT_EQ(describe_stage_layers({{0, 1}, {1, 6}}), "[0, 1) [1, 6)");
+  EXPECT_THROW(stage_layers(9, 2, {4, 4}), Error);     // a layer missing
+  EXPECT_THROW(stage_layers(9, 2, {1, 4, 4}), Error);  // one entry per stage
+  EXPECT_THROW(stage_layers(9, 2, {0, 9}), Error);     // an empty stage
 }
 
 }  // namespace

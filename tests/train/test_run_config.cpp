@@ -77,4 +77,52 @@ TEST(RunConfig, TheRecordHoldsEveryKeyAndReadsBack) {
   EXPECT_EQ(run_config_to_json(parse_run_config("", "record", overrides)), record);
 }
 
+TEST(RunConfig, PipelineKeys) {
+  const RunConfig c = parse_run_config(
+      "[parallel]\npp = 2\npp_schedule = \"interleaved\"\npp_virtual = 2\npp_layers = [1, 2, 3, 4]\n", "test",
+      {});
+  EXPECT_EQ(c.parallel.pp_schedule, PipelineSchedule::interleaved);
+  EXPECT_EQ(c.parallel.pp_virtual, 2);
+  EXPECT_EQ(c.parallel.pp_layers, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(parse_run_config("", "test", {"parallel.pp_layers=[3, 2]"}).parallel.pp_layers,
+            (std::vector<int>{3, 2}));
+  EXPECT_EQ(parse_run_config("", "test", {"parallel.pp_layers=5,4"}).parallel.pp_layers,
+            (std::vector<int>{5, 4}));
+  EXPECT_NE(error_of({"parallel.pp_layers=3,x"}).find("parallel.pp_layers: 'x' is not a valid integer"),
+            std::string::npos);
+  EXPECT_NE(error_of({"parallel.pp_schedule=zb2"}).find("parallel.pp_schedule: unknown value 'zb2'"),
+            std::string::npos);
+  try {
+    parse_run_config("[parallel]\npp_layers = 4\n", "cfg.toml", {});
+    ADD_FAILURE() << "a number accepted for parallel.pp_layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.pp_layers: expected a list of integers"),
+              std::string::npos)
+        << e.what();
+  }
+  // Layouts the pipeline cannot run are refused by key before any work (world of 4 ranks).
+  auto invalid = [](const std::vector<std::string>& overrides) {
+    RunConfig c = parse_run_config(
+        "[model]\nn_layer = 6\n[data]\ntrain = \"x\"\n[train]\nglobal_batch = 8\nmicro_batch = 1\n", "test",
+        overrides);
+    try {
+      c.validate(4);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(invalid({"parallel.pp=4"}), "accepted");
+  EXPECT_EQ(invalid({"parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2"}),
+            "accepted");
+  EXPECT_NE(invalid({"parallel.pp=4", "parallel.pp_layers=[1,1,1,1]"}).find("parallel.pp_layers places 4"),
+            std::string::npos);
+  EXPECT_NE(invalid({"parallel.pp=2", "parallel.pp_virtual=4"}).find("interleaved"), std::string::npos);
+  EXPECT_NE(invalid({"parallel.pp=4", "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2"})
+                .find("model.n_layer (6) must be at least the number of stages (8"),
+            std::string::npos);
+  EXPECT_NE(invalid({"parallel.pp=1", "parallel.dp=4", "parallel.pp_virtual=2"}).find("parallel.pp_virtual"),
+            std::string::npos);
+}
+
 }  // namespace

@@ -65,13 +65,16 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
 
 // Fills `ranges` of kind ("params", an optimizer state such as "m", or "weights") in dense (laid out by
 // table) from the slices holding them, verifying each slice read. state must come from
-// read_checkpoint_manifest of a format-2 dir.
+// read_checkpoint_manifest of a format-2 dir. table may be a part of the model's (a pipeline stage's):
+// slices of tensors it does not hold are skipped (check_sliced_manifest checks the whole model).
 void read_slices(const std::string& dir, const CheckpointState& state, const ParamTable& table,
                  const std::string& kind, const std::vector<DenseRange>& ranges, float* dense);
 
 // Checks a format-2 manifest against the table: every tensor's global shape, every kind covering
 // every tensor exactly once, every file present with its recorded size. Fails naming file and tensor.
-void check_sliced_manifest(const std::string& dir, const CheckpointState& state, const ParamTable* table);
+// part: the table is a part of the model (a pipeline stage), so the manifest may hold more tensors.
+void check_sliced_manifest(const std::string& dir, const CheckpointState& state, const ParamTable* table,
+                           bool part = false);
 
 // Verifies the whole-file checksum and every slice checksum of one listed file; returns problems
 // (empty: fine). Used by inspect.

@@ -1,5 +1,7 @@
 #include "odyssey/parallel/pipeline.h"
 
+#include <algorithm>
+
 #include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
@@ -17,18 +19,28 @@ PipelineRunner::PipelineRunner(Communicator& pp, std::vector<Stage*> chunks, con
   actions_ = tables[size_t(pp.rank())];
 }
 
+void PipelineRunner::set_engines(std::vector<ZeroEngine*> engines) {
+  ODY_CHECK(engines.empty() || engines.size() == chunks_.size(), "pipeline: {} engines for {} stages",
+            engines.size(), chunks_.size());
+  engines_ = std::move(engines);
+}
+
 PipelineRunner::InFlight& PipelineRunner::slot(int chunk, int mb) {
   auto& s = in_flight_[{chunk, mb}];
   if (!s) {
+    // A free slot whose last message is out. Never wait for one: the receiver may itself be waiting
+    // for this rank (a message above the eager limit completes only once it is received).
     auto& pool = free_[size_t(chunk)];
-    if (pool.empty()) {
+    for (auto it = pool.begin(); it != pool.end(); ++it)
+      if (!(*it)->send || (*it)->send->test()) {
+        s = std::move(*it);
+        pool.erase(it);
+        s->send.reset();
+        break;
+      }
+    if (!s) {
       s = std::make_unique<InFlight>();
       s->acts = chunks_[size_t(chunk)]->make_activations();
-    } else {
-      s = std::move(pool.back());
-      pool.pop_back();
-      if (s->send) s->send->wait();  // its last message must be out before its buffers are reused
-      s->send.reset();
     }
   }
   return *s;
@@ -40,58 +52,116 @@ void PipelineRunner::release(int chunk, int mb) {
   in_flight_.erase(it);
 }
 
-double PipelineRunner::run(const std::function<PipelineMicroBatch(int)>& micro_batch, float dloss,
-                           int64_t* count) {
-  const int S = shape_.stages(), P = shape_.P;
-  double loss = 0;
-  int64_t counted = 0;
-  wait_s_ = 0;
-  for (const PipeAction& a : actions_) {
-    const int chunk = shape_.chunk_of(a.stage);
-    Stage& stage = *chunks_[size_t(chunk)];
-    const PipelineMicroBatch mb = micro_batch(a.mb);
-    const size_t hidden = size_t(mb.B) * mb.T * stage.config().d_model;
-    InFlight& f = slot(chunk, a.mb);
-    if (a.kind == PipeAction::forward) {
-      if (a.stage > 0) {  // the previous stage's output
-        f.input.resize(hidden);
-        Timer wait;
-        pp_.recv(f.input.data(), hidden, DType::f32, (a.stage - 1) % P, p2p_tag::pp_activation);
-        wait_s_ += wait.seconds();
-        f.acts->input = f.input.data();
-      }
-      stage.forward(*f.acts, mb.inputs, mb.targets, mb.positions, mb.B, mb.T);
-      if (a.stage + 1 < S) {
-        f.send =
-            pp_.send_async(f.acts->output(), hidden, DType::f32, (a.stage + 1) % P, p2p_tag::pp_activation);
-      } else {
-        int64_t n = 0;
-        loss += stage.loss(*f.acts, dloss, &n);
-        counted += n;
-      }
-      continue;
-    }
-    if (a.stage + 1 < S) {  // d(output) from the next stage
-      if (f.send) f.send->wait();
-      f.out_grad.resize(hidden);
-      Timer wait;
-      pp_.recv(f.out_grad.data(), hidden, DType::f32, (a.stage + 1) % P, p2p_tag::pp_gradient);
-      wait_s_ += wait.seconds();
-      f.acts->output_grad = f.out_grad.data();
-    }
-    stage.backward(*f.acts);
-    if (a.stage > 0)
-      f.send =
-          pp_.send_async(f.acts->input_grad(), hidden, DType::f32, (a.stage - 1) % P, p2p_tag::pp_gradient);
-    release(chunk, a.mb);
+void PipelineRunner::track_in_flight() {
+  size_t bytes = 0;
+  for (const auto& [key, s] : in_flight_) bytes += s->acts->bytes() + s->input.bytes() + s->out_grad.bytes();
+  peak_in_flight_ = std::max(peak_in_flight_, int(in_flight_.size()));
+  peak_bytes_ = std::max(peak_bytes_, bytes);
+}
+
+// F(stage, mb): the previous stage's output (or the tokens), the stage, then its output on to the
+// next stage's rank, or (the last stage) the loss.
+void PipelineRunner::forward(int stage_index, const PipelineMicroBatch& mb, float dloss, double* loss,
+                             int64_t* counted) {
+  const int S = shape_.stages(), P = shape_.P, chunk = shape_.chunk_of(stage_index);
+  Stage& stage = *chunks_[size_t(chunk)];
+  const size_t hidden = size_t(mb.B) * mb.T * stage.config().d_model;
+  InFlight& f = slot(chunk, mb.index);
+  if (stage_index > 0) {
+    f.input.resize(hidden);
+    Timer wait;
+    pp_.recv(f.input.data(), hidden, DType::f32, (stage_index - 1) % P, p2p_tag::pp_activation);
+    wait_s_ += wait.seconds();
+    f.acts->input = f.input.data();
   }
-  // Every message of the step is out before the caller touches parameters or activations.
+  Timer compute;
+  stage.forward(*f.acts, mb.inputs, mb.targets, mb.positions, mb.B, mb.T);
+  if (stage_index + 1 < S) {
+    compute_s_ += compute.seconds();
+    f.send =
+        pp_.send_async(f.acts->output(), hidden, DType::f32, (stage_index + 1) % P, p2p_tag::pp_activation);
+  } else {
+    int64_t n = 0;
+    *loss += stage.loss(*f.acts, dloss, &n);
+    *counted += n;
+    compute_s_ += compute.seconds();
+  }
+  track_in_flight();
+}
+
+void PipelineRunner::wait_sends() {
   for (auto& pool : free_)
     for (auto& s : pool)
       if (s->send) {
         s->send->wait();
         s->send.reset();
       }
+}
+
+double PipelineRunner::run(const std::function<PipelineMicroBatch(int)>& micro_batch, float dloss,
+                           int64_t* count) {
+  const int S = shape_.stages(), P = shape_.P;
+  Timer whole;
+  double loss = 0;
+  int64_t counted = 0;
+  wait_s_ = compute_s_ = 0;
+  peak_in_flight_ = 0;
+  peak_bytes_ = 0;
+  std::vector<int> backwards_left(chunks_.size(), shape_.m);
+  for (const PipeAction& a : actions_) {
+    PipelineMicroBatch mb = micro_batch(a.mb);
+    mb.index = a.mb;
+    if (a.kind == PipeAction::forward) {
+      forward(a.stage, mb, dloss, &loss, &counted);
+      continue;
+    }
+    const int chunk = shape_.chunk_of(a.stage);
+    Stage& stage = *chunks_[size_t(chunk)];
+    const size_t hidden = size_t(mb.B) * mb.T * stage.config().d_model;
+    InFlight& f = slot(chunk, a.mb);
+    if (a.stage + 1 < S) {  // d(output) from the next stage
+      f.out_grad.resize(hidden);
+      Timer wait;
+      pp_.recv(f.out_grad.data(), hidden, DType::f32, (a.stage + 1) % P, p2p_tag::pp_gradient);
+      wait_s_ += wait.seconds();
+      f.acts->output_grad = f.out_grad.data();
+      // The next stage has received this output (its gradient came back), so the send is done; it
+      // must be before the backward reuses the output's storage.
+      if (f.send) f.send->wait();
+      f.send.reset();
+    }
+    // One micro-step of the chunk's engine; its last backward reduces the step's gradients.
+    ZeroEngine* engine = engines_.empty() ? nullptr : engines_[size_t(chunk)];
+    Timer compute;
+    if (engine) engine->begin_micro_step(--backwards_left[size_t(chunk)] == 0);
+    stage.backward(*f.acts);
+    if (engine) engine->end_micro_step();
+    compute_s_ += compute.seconds();
+    if (a.stage > 0)
+      f.send =
+          pp_.send_async(f.acts->input_grad(), hidden, DType::f32, (a.stage - 1) % P, p2p_tag::pp_gradient);
+    release(chunk, a.mb);
+  }
+  // Every message of the step is out before the caller touches parameters or activations.
+  wait_sends();
+  run_s_ = whole.seconds();
+  if (count) *count = counted;
+  return loss;
+}
+
+double PipelineRunner::run_forward(const std::function<PipelineMicroBatch(int)>& micro_batch, int m,
+                                   int64_t* count) {
+  double loss = 0;
+  int64_t counted = 0;
+  wait_s_ = compute_s_ = 0;
+  for (int j = 0; j < m; ++j)
+    for (int chunk = 0; chunk < shape_.v; ++chunk) {
+      PipelineMicroBatch mb = micro_batch(j);
+      mb.index = j;
+      forward(chunk * shape_.P + pp_.rank(), mb, 0.0f, &loss, &counted);
+      release(chunk, j);
+    }
+  wait_sends();
   if (count) *count = counted;
   return loss;
 }

@@ -3,10 +3,12 @@
 // its input hidden states from the previous stage's rank; an F of a stage without the head sends its
 // output on; the last stage's F is followed by its loss (each token weighted by dloss = 1 / the
 // step's counted tokens, spec §3.3). A B receives d(output) from the next stage's rank and sends
-// d(input) back. Sends are asynchronous and waited lazily; receives block, and the time they block is
-// the measured bubble. Weight gradients accumulate in the stages in increasing micro-batch order, so
-// a pipeline alone reproduces single-process gradient accumulation bit for bit (a tied embedding's two
-// copies excepted: sum their gradients over the first and last rank, tied_embedding_group).
+// d(input) back. Sends are asynchronous: a micro-batch's buffers are reused only once its send has
+// completed, and no send is ever waited for before a receive (above the eager limit a send completes
+// only when received, and its receiver may be waiting for this rank); receives block, and the time
+// they block is the measured bubble. Weight gradients accumulate in the stages in increasing
+// micro-batch order, so a pipeline alone reproduces single-process gradient accumulation bit for bit
+// (a tied embedding's two copies excepted: their sum, pipeline_grads.h, is exact only to rounding).
 #pragma once
 
 #include <functional>
@@ -18,6 +20,7 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/parallel/pipeline_schedule.h"
+#include "odyssey/parallel/zero.h"
 
 namespace odyssey {
 
@@ -27,6 +30,7 @@ struct PipelineMicroBatch {
   const int* targets;
   const int* positions;
   int B, T;
+  int index = 0;  // the micro-batch's number in the step (set by the runner)
 };
 
 class PipelineRunner {
@@ -35,11 +39,26 @@ class PipelineRunner {
   PipelineRunner(Communicator& pp, std::vector<Stage*> chunks, const PipelineShape& shape,
                  PipelineSchedule schedule);
 
+  // The gradient engines of the chunks (engines[c] over chunks[c]; none: gradients only accumulate):
+  // every B is one micro-step of its chunk's engine, the chunk's last B the step's last, so the
+  // engine reduces (and ZeRO-2/3 reduce-scatters) exactly as in a step without a pipeline.
+  void set_engines(std::vector<ZeroEngine*> engines);
+
   // Runs every action of one step. Returns the sum of the counted tokens' losses of the micro-batches
   // (on the rank holding the last stage; 0 elsewhere) and their count in *count.
   double run(const std::function<PipelineMicroBatch(int)>& micro_batch, float dloss, int64_t* count);
+  // Forwards only (evaluation), of m micro-batches (any m): each rank runs its stages' forwards in
+  // (micro-batch, chunk) order, which every dependency follows, so no rank waits on a later one.
+  // Returns the loss sum and count as run() does.
+  double run_forward(const std::function<PipelineMicroBatch(int)>& micro_batch, int m, int64_t* count);
 
-  double wait_seconds() const { return wait_s_; }  // blocked in receives during the last run
+  double wait_seconds() const { return wait_s_; }        // blocked in receives during the last run
+  double compute_seconds() const { return compute_s_; }  // in the stages' forward/loss/backward
+  double run_seconds() const { return run_s_; }          // the whole of the last run
+  // Micro-batch stages held at once during the last run, and their activation bytes then (with the
+  // received hidden states and gradients).
+  int peak_in_flight() const { return peak_in_flight_; }
+  size_t peak_activation_bytes() const { return peak_bytes_; }
   const std::vector<PipeAction>& actions() const { return actions_; }
 
  private:
@@ -52,6 +71,9 @@ class PipelineRunner {
 
   InFlight& slot(int chunk, int mb);
   void release(int chunk, int mb);
+  void forward(int stage, const PipelineMicroBatch& mb, float dloss, double* loss, int64_t* counted);
+  void wait_sends();
+  void track_in_flight();
 
   Communicator& pp_;
   std::vector<Stage*> chunks_;
@@ -59,7 +81,10 @@ class PipelineRunner {
   std::vector<PipeAction> actions_;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (chunk, mb)
   std::vector<std::vector<std::unique_ptr<InFlight>>> free_;            // per chunk: reusable slots
-  double wait_s_ = 0;
+  std::vector<ZeroEngine*> engines_;
+  double wait_s_ = 0, compute_s_ = 0, run_s_ = 0;
+  int peak_in_flight_ = 0;
+  size_t peak_bytes_ = 0;
 };
 
 }  // namespace odyssey

@@ -191,4 +191,27 @@ std::vector<std::pair<int, int>> split_layers(int n_layer, int stages) {
   return ranges;
 }
 
+std::vector<std::pair<int, int>> stage_layers(int n_layer, int stages, const std::vector<int>& layers) {
+  if (layers.empty()) return split_layers(n_layer, stages);
+  ODY_CHECK(
+      int(layers.size()) == stages,
+      "parallel.pp_layers has {} entries, expected one per stage: parallel.pp x parallel.pp_virtual = {}",
+      layers.size(), stages);
+  std::vector<std::pair<int, int>> ranges;
+  int begin = 0;
+  for (int n : layers) {
+    ODY_CHECK(n >= 1, "parallel.pp_layers: every stage needs at least one layer, got {}", n);
+    ranges.push_back({begin, begin + n});
+    begin += n;
+  }
+  ODY_CHECK(begin == n_layer, "parallel.pp_layers places {} layers, model.n_layer is {}", begin, n_layer);
+  return ranges;
+}
+
+std::string describe_stage_layers(const std::vector<std::pair<int, int>>& ranges) {
+  std::string s;
+  for (auto [b, e] : ranges) s += fmt::format("{}[{}, {})", s.empty() ? "" : " ", b, e);
+  return s;
+}
+
 }  // namespace odyssey

@@ -61,5 +61,10 @@ ScheduleSimulation validate_schedule(const std::vector<std::vector<PipeAction>>&
 // (stage 0) and one for the head (stage S-1), divided as evenly as possible, every stage at least one
 // layer. Fails naming model.n_layer when there are fewer layers than stages.
 std::vector<std::pair<int, int>> split_layers(int n_layer, int stages);
+// The stages' layer ranges: split_layers, or the explicit layer counts (parallel.pp_layers, one per
+// stage, each >= 1, summing to n_layer; fails naming the key otherwise).
+std::vector<std::pair<int, int>> stage_layers(int n_layer, int stages, const std::vector<int>& layers);
+// "[0, 3) [3, 5)": the split as printed at start.
+std::string describe_stage_layers(const std::vector<std::pair<int, int>>& ranges);
 
 }  // namespace odyssey

@@ -17,10 +17,11 @@ void sum_in_rank_order(Communicator& group, std::span<double> values) {
   }
 }
 
-double global_mean_loss(Communicator& group, const LossSum& local) {
+double global_mean_loss(Communicator& group, const LossSum& local, Communicator* across) {
   // The count travels as a double: exact below 2^53 tokens.
   double v[2] = {local.sum, double(local.count)};
   sum_in_rank_order(group, v);
+  if (across) sum_in_rank_order(*across, v);
   return v[1] > 0 ? v[0] / v[1] : 0.0;
 }
 

@@ -23,8 +23,9 @@ struct LossSum {
   double sum = 0;
   int64_t count = 0;
 };
-// The token mean over a group whose ranks hold disjoint tokens (dp x sp).
-double global_mean_loss(Communicator& group, const LossSum& local);
+// The token mean over a group whose ranks hold disjoint tokens (dp x sp); with `across` (the pipeline
+// group, where only the last stage holds losses) the sums are then added over it too.
+double global_mean_loss(Communicator& group, const LossSum& local, Communicator* across = nullptr);
 
 // A part of the gradients: grads is this rank's partial of the part over group (a shard), or with no
 // group the whole part, held alike on every rank and counted once.

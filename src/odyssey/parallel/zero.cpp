@@ -359,6 +359,22 @@ GradNormPart ZeroEngine::grad_norm_part() {
   return {{grads_->shard_grads(), size_t(part_->local_total())}, &dp_};
 }
 
+std::vector<ZeroEngine::GradRun> ZeroEngine::reduced_grad_runs() {
+  std::vector<GradRun> runs;
+  for (const Partition::Segment& seg : part_->segments()) {
+    if (opt_.stage == 0) {
+      runs.push_back({seg.dense.begin, seg.dense.end, grads_->full_grads() + seg.padded_begin});
+      continue;
+    }
+    const Range valid = seg.layout.valid_range(part_->rank());
+    if (valid.empty()) continue;
+    runs.push_back({seg.dense.begin + valid.begin, seg.dense.begin + valid.end,
+                    grads_->shard_grads() + seg.local_begin +
+                        (valid.begin - seg.layout.shard_range(part_->rank()).begin)});
+  }
+  return runs;
+}
+
 void ZeroEngine::step(float lr, int64_t step, float grad_scale) {
   release_all();  // gathered copies go stale with the update
   for (FloatBuffer& sec : secondary_) sec.resize(0);

@@ -92,6 +92,14 @@ class ZeroEngine : public LayerHooks {
   // This rank's gradients as a part of the global norm (parallel/reductions.h): the shard over dp
   // (stages >= 1) or the whole replicated buffer (stage 0). Valid after the last end_micro_step.
   GradNormPart grad_norm_part();
+  // The same gradients as runs of dense elements [begin, end) of the table, with where they are: stage
+  // 0 every element (each rank holds them all), stages >= 1 this rank's shard. Valid after the last
+  // end_micro_step (pipeline parallelism sums a tied embedding's copies over these).
+  struct GradRun {
+    int64_t begin = 0, end = 0;
+    float* grads = nullptr;
+  };
+  std::vector<GradRun> reduced_grad_runs();
   // The optimizer on this rank's elements, then (stages 1-2) the parameter all-gather.
   void step(float lr, int64_t step, float grad_scale);
 

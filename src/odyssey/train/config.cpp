@@ -92,6 +92,41 @@ Key make_enum_key(Get field, const EnumNames<E, N>& names) {
   return k;
 }
 
+// A key whose value is a list of integers: a TOML array, or comma-separated text ("3,2,4" or "[3,2,4]").
+template <typename Get>
+Key make_int_list_key(Get field) {
+  Key k;
+  k.from_toml = [field](RunConfig& c, const toml::node& node, const std::string& key) {
+    ODY_CHECK(node.is_array(), "{}: expected a list of integers like [3, 2, 4]", key);
+    std::vector<int> values;
+    for (const toml::node& v : *node.as_array()) {
+      ODY_CHECK(v.is_integer(), "{}: expected a list of integers like [3, 2, 4]", key);
+      const int64_t x = *v.value<int64_t>();
+      ODY_CHECK(x >= std::numeric_limits<int>::min() && x <= std::numeric_limits<int>::max(),
+                "{}: {} is out of range", key, x);
+      values.push_back(int(x));
+    }
+    field(c) = values;
+  };
+  k.from_text = [field](RunConfig& c, const std::string& text, const std::string& key) {
+    std::string t = text;
+    if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+    std::vector<int> values;
+    for (size_t at = 0; at < t.size();) {
+      size_t comma = t.find(',', at);
+      if (comma == std::string::npos) comma = t.size();
+      std::string item = t.substr(at, comma - at);
+      item.erase(0, item.find_first_not_of(' '));
+      item.erase(item.find_last_not_of(' ') + 1);
+      values.push_back(parse_number<int>(item, key));
+      at = comma + 1;
+    }
+    field(c) = values;
+  };
+  k.to_json = [field](const RunConfig& c) { return nlohmann::json(field(c)); };
+  return k;
+}
+
 #define ODY_KEY(name, type, member)                                 \
   {                                                                 \
     name, make_key<type>([](auto& c) -> auto& { return c.member; }) \
@@ -154,6 +189,9 @@ const std::map<std::string, Key>& keys() {
       ODY_ENUM_KEY("parallel.sp_ring_layout", parallel.sp_ring_layout, kRingLayoutNames),
       ODY_KEY("parallel.tp", int, parallel.tp),
       ODY_KEY("parallel.pp", int, parallel.pp),
+      ODY_ENUM_KEY("parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames),
+      ODY_KEY("parallel.pp_virtual", int, parallel.pp_virtual),
+      {"parallel.pp_layers", make_int_list_key([](auto& c) -> auto& { return c.parallel.pp_layers; })},
       ODY_KEY("parallel.zero_stage", int, parallel.zero_stage),
       ODY_KEY("parallel.ranks_per_node", int, parallel.ranks_per_node),
       ODY_KEY("parallel.bucket_mb", double, parallel.bucket_mb),
@@ -276,10 +314,7 @@ void RunConfig::validate(int world_size) const {
             p.dp, p.sp_ulysses, p.sp_ring, p.tp, p.pp, world_size);
   ODY_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             p.zero_stage);
-  ODY_CHECK(p.tp * p.pp == 1,
-            "parallel.tp ({}) / parallel.pp ({}): tensor and pipeline parallelism are not "
-            "available in this build",
-            p.tp, p.pp);
+  ODY_CHECK(p.tp == 1, "parallel.tp ({}): tensor parallelism is not available in this build", p.tp);
   if (p.sp_ulysses * p.sp_ring > 1) {
     // The sequence split and the head split must work for this model, before any work starts.
     try {
@@ -300,6 +335,15 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.global_batch % (t.micro_batch * dp) == 0,
             "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x parallel.dp ({})",
             t.global_batch, t.micro_batch, dp);
+  // Pipeline: the schedule must exist for this shape and the split place every layer, before any work.
+  ODY_CHECK(p.pp_virtual >= 1, "parallel.pp_virtual must be >= 1, got {}", p.pp_virtual);
+  ODY_CHECK(p.pp > 1 || (p.pp_virtual == 1 && p.pp_layers.empty()),
+            "parallel.pp_virtual / parallel.pp_layers need parallel.pp > 1 (got parallel.pp = {})", p.pp);
+  if (p.pp > 1) {
+    const int m = t.global_batch / std::max(1, t.micro_batch * dp);
+    build_schedule(p.pp_schedule, PipelineShape{p.pp, p.pp_virtual, std::max(m, 1)});
+    stage_layers(model.n_layer, p.pp * p.pp_virtual, p.pp_layers);
+  }
   {
     CommOptions co;
     co.weights = comm.weights;

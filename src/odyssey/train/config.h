@@ -13,6 +13,7 @@
 #include "odyssey/model/stage.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/comm_options.h"
+#include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/parallel/sequence_shard.h"
 
 namespace odyssey {
@@ -55,6 +56,11 @@ struct ParallelConfig {
   int zero_stage = 0;
   int ranks_per_node = 0;  // 0: as MPI reports
   double bucket_mb = 25;   // gradient bucket size in MB (10^6 bytes); 0: one unit per bucket
+  // Pipeline parallelism (tensor-pipeline-parallelism.md §3): the schedule, stages per pp rank, and an
+  // optional explicit split (layers per stage, pp x pp_virtual entries; empty: split_layers).
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;
+  int pp_virtual = 1;
+  std::vector<int> pp_layers;
 };
 
 struct CommConfig {

@@ -8,6 +8,7 @@
 
 #include "odyssey/comm/communicator.h"
 #include "odyssey/model/stage.h"
+#include "odyssey/parallel/pipeline.h"
 #include "odyssey/train/batch_loader.h"
 
 namespace odyssey {
@@ -17,5 +18,10 @@ namespace odyssey {
 // none of its own). Returns the mean token loss.
 double evaluate_distributed(Stage& model, StageActivations& acts, BatchLoader& loader, uint64_t rows,
                             int dp_rank, int dp_size, Communicator& dp_sp);
+
+// The same through a pipeline (parallel.pp > 1): every round of rows is one micro-batch of a
+// forward-only pass (PipelineRunner::run_forward); the last stage's sums meet over dp_sp and pp.
+double evaluate_pipeline(PipelineRunner& runner, BatchLoader& loader, uint64_t rows, int dp_rank, int dp_size,
+                         Communicator& dp_sp, Communicator& pp);
 
 }  // namespace odyssey

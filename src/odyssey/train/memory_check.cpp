@@ -53,8 +53,8 @@ uint64_t min_state_bytes_per_rank(int64_t parameters, int zero_stage, int replic
 }
 
 void check_model_state(const ModelConfig& model, int zero_stage, int replicas, int ranks_on_host,
-                       double budget_gb, uint64_t available_bytes) {
-  const int64_t parameters = model.num_parameters();
+                       double budget_gb, uint64_t available_bytes, int64_t parameters_per_rank) {
+  const int64_t parameters = parameters_per_rank > 0 ? parameters_per_rank : model.num_parameters();
   const uint64_t per_rank = min_state_bytes_per_rank(parameters, zero_stage, replicas);
   const long double wanted = (long double)per_rank * ranks_on_host;
   uint64_t limit = available_bytes;
@@ -68,7 +68,8 @@ void check_model_state(const ModelConfig& model, int zero_stage, int replicas, i
   if (wanted <= (long double)limit) return;
   fail(
       "the model (model.n_layer {}, model.d_model {}, model.vocab_size {}, model.seq_len {}: {} "
-      "parameters) does not fit on this host: {} rank(s) x at least {} of model state (fp32 weights, "
+      "parameters per rank) does not fit on this host: {} rank(s) x at least {} of model state (fp32 "
+      "weights, "
       "gradients, AdamW moments; parallel.zero_stage {} over {} rank(s)), but {} is {}. Use a smaller "
       "model, a higher parallel.zero_stage or more ranks",
       model.n_layer, model.d_model, model.vocab_size, model.seq_len, parameters, ranks_on_host,

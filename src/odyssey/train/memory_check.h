@@ -42,7 +42,8 @@ uint64_t min_state_bytes_per_rank(int64_t parameters, int zero_stage, int replic
 // A model whose state cannot fit (ranks_on_host x min_state_bytes_per_rank over the budget, or over
 // available_bytes when budget_gb == 0) is refused naming the model's size keys and what to change,
 // instead of failing inside the allocation (std::bad_alloc, or the out-of-memory killer).
+// parameters_per_rank: what one rank holds before ZeRO (a pipeline rank: its stages; 0: the model).
 void check_model_state(const ModelConfig& model, int zero_stage, int replicas, int ranks_on_host,
-                       double budget_gb, uint64_t available_bytes);
+                       double budget_gb, uint64_t available_bytes, int64_t parameters_per_rank = 0);
 
 }  // namespace odyssey

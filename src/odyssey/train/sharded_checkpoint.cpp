@@ -67,46 +67,74 @@ void pause_for_tests() {
 
 std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, const ParamTable& table,
                                     const CheckpointState& state, const std::string& run_dir, int keep) {
+  return save_sharded_checkpoint(dp, dp, {{&engine, &table, {}}}, table, state, run_dir, keep);
+}
+
+std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
+                                    const std::vector<CheckpointPart>& parts, const ParamTable& model,
+                                    const CheckpointState& state, const std::string& run_dir, int keep) {
   Timer timer;
   const std::string tmp_dir = checkpoint_tmp_dir(run_dir, state.step);
-  if (dp.rank() == 0) {
+  if (writers.rank() == 0) {
     fs::create_directories(run_dir);
     fs::remove_all(tmp_dir);  // a save of this step that was killed
     fs::create_directories(tmp_dir);
   }
-  dp.barrier();
+  writers.barrier();
 
-  const std::vector<Run> runs = written_runs(engine, dp.size(), dp.rank());
-  // The kinds this rank writes: the master weights, the optimizer's state and the model-weight replica
-  // when it is not the master (every rank's is the same; each writes the slice of its shard): that is
-  // restored on a resume under the same layout, so the run continues exactly.
+  // The kinds every part writes: the master weights, the optimizer's state and the model-weight
+  // replica when it is not the master (every rank's is the same; each writes the slice of its shard):
+  // that is restored on a resume under the same layout, so the run continues exactly.
   struct Kind {
     std::string name;
     const float* storage;
     int64_t Run::*at;  // where a run sits in this storage
   };
-  std::vector<Kind> kinds = {{"params", engine.param_storage(), &Run::param_at}};
-  const std::vector<std::string>& state_names = engine.optimizer().state_names();
-  for (size_t k = 0; k < state_names.size(); ++k)
-    kinds.push_back({state_names[k], engine.state_storage(k), &Run::state_at});
-  if (engine.has_weight_replica())
-    kinds.push_back({"weights", engine.model_weights().data(), &Run::replica_at});
-  ODY_CHECK(kinds.size() <= kMaxKinds, "checkpoint: {} kinds of state, at most {}", kinds.size(), kMaxKinds);
+  auto kinds_of = [](const ZeroEngine& engine) {
+    std::vector<Kind> kinds = {{"params", engine.param_storage(), &Run::param_at}};
+    const std::vector<std::string>& state_names = engine.optimizer().state_names();
+    for (size_t k = 0; k < state_names.size(); ++k)
+      kinds.push_back({state_names[k], engine.state_storage(k), &Run::state_at});
+    if (engine.has_weight_replica())
+      kinds.push_back({"weights", engine.model_weights().data(), &Run::replica_at});
+    ODY_CHECK(kinds.size() <= kMaxKinds, "checkpoint: {} kinds of state, at most {}", kinds.size(),
+              kMaxKinds);
+    return kinds;
+  };
+  const std::vector<Kind> kinds = kinds_of(*parts.front().engine);
   struct Report {
     WrittenFile files[kMaxKinds];
-  } mine{};
-  for (size_t k = 0; k < kinds.size(); ++k) {
-    std::vector<DenseRange> pieces;
-    for (const Run& run : runs) pieces.push_back({run.begin, run.end, kinds[k].storage + run.*kinds[k].at});
-    pause_for_tests();
-    mine.files[k] = write_slice_file(tmp_dir, kinds[k].name, dp.rank(), table, pieces);
+  };
+  const size_t P = parts.size();
+  std::vector<Report> mine(P);
+  for (size_t p = 0; p < P; ++p) {
+    const CheckpointPart& part = parts[p];
+    std::vector<Run> runs;
+    for (const Run& run : written_runs(*part.engine, dp.size(), dp.rank())) {
+      // The run minus the skipped range (before it and after it).
+      for (auto [b, e] :
+           {std::pair{run.begin, part.skip.empty() ? run.end : std::min(run.end, part.skip.begin)},
+            std::pair{part.skip.empty() ? run.end : std::max(run.begin, part.skip.end), run.end}})
+        if (b < e)
+          runs.push_back({b, e, run.param_at + (b - run.begin), run.state_at + (b - run.begin),
+                          run.replica_at + (b - run.begin)});
+    }
+    const std::vector<Kind> part_kinds = kinds_of(*part.engine);
+    for (size_t k = 0; k < part_kinds.size(); ++k) {
+      std::vector<DenseRange> pieces;
+      for (const Run& run : runs)
+        pieces.push_back({run.begin, run.end, part_kinds[k].storage + run.*part_kinds[k].at});
+      pause_for_tests();
+      mine[p].files[k] = write_slice_file(tmp_dir, part_kinds[k].name, writers.rank() * int(P) + int(p),
+                                          *part.table, pieces);
+    }
   }
   // Also the barrier: rank 0 commits only once every rank's files are complete.
-  std::vector<Report> all(size_t(dp.size()));
-  dp.all_gather(&mine, all.data(), sizeof(Report), DType::u8);
+  std::vector<Report> all(size_t(writers.size()) * P);
+  writers.all_gather(mine.data(), all.data(), P * sizeof(Report), DType::u8);
 
   const std::string final_dir = run_dir + "/" + checkpoint_step_name(state.step);
-  if (dp.rank() == 0) {
+  if (writers.rank() == 0) {
     std::vector<std::string> names;
     std::vector<std::vector<WrittenFile>> files(kinds.size());
     for (size_t k = 0; k < kinds.size(); ++k) {
@@ -114,21 +142,24 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
       for (const Report& r : all) files[k].push_back(r.files[k]);
     }
     CheckpointState s = state;
-    if (engine.has_weight_replica()) s.layout["weights_replica"] = engine.replica_layout();
+    if (parts.front().engine->has_weight_replica())
+      s.layout["weights_replica"] = parts.front().engine->replica_layout();
     pause_for_tests();
-    commit_checkpoint(run_dir, tmp_dir, s, table, dp.size(), names, files, keep);
+    commit_checkpoint(run_dir, tmp_dir, s, model, int(all.size()), names, files, keep);
   }
-  dp.barrier();  // nobody reads or resumes before rank 0 has renamed it into place
-  if (dp.rank() == 0) {
+  writers.barrier();  // nobody reads or resumes before rank 0 has renamed it into place
+  if (writers.rank() == 0) {
     uint64_t bytes = 0;
-    for (const WrittenFile& f : mine.files) bytes += f.bytes;
-    log_info("checkpoint step {} saved by {} ranks in {:.2f} s ({:.1f} MB per rank)", state.step, dp.size(),
-             timer.seconds(), double(bytes) / 1e6);
+    for (const Report& r : mine)
+      for (const WrittenFile& f : r.files) bytes += f.bytes;
+    log_info("checkpoint step {} saved by {} ranks in {:.2f} s ({:.1f} MB per rank)", state.step,
+             writers.size(), timer.seconds(), double(bytes) / 1e6);
   }
   return final_dir;
 }
 
-CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table) {
+CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table,
+                                        bool part) {
   CheckpointState state = read_checkpoint_manifest(dir);
   const size_t P = size_t(table.total());
   // Dense staging buffers whose untouched pages cost nothing: under ZeRO-3 a rank reads and keeps only
@@ -142,6 +173,8 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
     opt_ptrs.push_back(opt_state.back()->data());
   }
   if (state.format_version < 2) {
+    ODY_CHECK(!part, "{}: a format-1 checkpoint resumes only without pipeline parallelism (parallel.pp = 1)",
+              dir);
     ODY_CHECK(state_names == std::vector<std::string>({"m", "v"}),
               "{}: a format-1 checkpoint holds AdamW's moments, not this optimizer's state", dir);
     load_checkpoint(dir, table, params.data(), opt_state[0]->data(), opt_state[1]->data());
@@ -149,7 +182,7 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
     engine.set_completed_steps(state.step);
     return state;
   }
-  check_sliced_manifest(dir, state, &table);
+  check_sliced_manifest(dir, state, &table, part);
   // Read only what this rank keeps; the rest of the (zeroed) dense buffers is never used.
   std::vector<DenseRange> all = {{0, table.total()}}, mine;
   for (const Run& run : local_runs(engine)) mine.push_back({run.begin, run.end});

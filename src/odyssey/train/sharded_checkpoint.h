@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "odyssey/checkpoint/checkpoint.h"
 #include "odyssey/comm/communicator.h"
@@ -21,11 +22,26 @@ namespace odyssey {
 std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, const ParamTable& table,
                                     const CheckpointState& state, const std::string& run_dir, int keep);
 
+// What one engine of a rank writes: a pipeline rank holds one per stage (model chunk).
+struct CheckpointPart {
+  const ZeroEngine* engine = nullptr;
+  const ParamTable* table = nullptr;  // the stage's
+  Range skip;                         // dense elements not written (a tied copy the first stage writes)
+};
+// The same over every rank of `writers` (the world), each writing its parts (every rank as many);
+// dp is the group over which each part's state is replicated or sharded (ZeRO-0 writes a 1/dp share);
+// model: the whole model's table, which the manifest lists. Collective over writers.
+std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
+                                    const std::vector<CheckpointPart>& parts, const ParamTable& model,
+                                    const CheckpointState& state, const std::string& run_dir, int keep);
+
 // Not collective: reads the checkpoint's slices this rank's stage keeps (any format, any writing
 // layout) and loads them into the engine. Moments absent from a weights-only checkpoint start at zero.
 // A saved model-weight replica is restored when the engine's replica_layout() matches the writer's
 // (bit-exact resume); otherwise it is rebuilt from the master weights, logged on rank 0. The engine's
-// rounding-key step is set to the checkpoint's step.
-CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table);
+// rounding-key step is set to the checkpoint's step. part: table is a pipeline stage's (a part of the
+// checkpoint's model; a tied copy reads the one stored tensor).
+CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table,
+                                        bool part = false);
 
 }  // namespace odyssey

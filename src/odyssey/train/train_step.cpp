@@ -5,9 +5,26 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/optim/grad_clip.h"
+#include "odyssey/parallel/pipeline_grads.h"
 #include "odyssey/parallel/reductions.h"
 
 namespace odyssey {
+
+namespace {
+
+// The end of every step: a loss or norm that is not finite fails before any parameter changes; then
+// the clip factor and each engine's update.
+void update(const StepResult& r, const std::vector<ZeroEngine*>& engines, const StepSettings& settings,
+            int64_t step, float lr, OpObserver* observer) {
+  ODY_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm),
+            "step {}: loss {} / gradient norm {} is not finite", step + 1, r.loss, r.grad_norm);
+  const float scale = clip_scale(r.grad_norm, settings.grad_clip);
+  observed(observer, "optim.update", 0, [&] {
+    for (ZeroEngine* engine : engines) engine->step(lr, step + 1, scale);
+  });
+}
+
+}  // namespace
 
 StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, MicroBatches& data,
                       Communicator& loss_group, const StepSettings& settings, int64_t step, float lr,
@@ -30,10 +47,37 @@ StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, 
   r.loss = global_mean_loss(loss_group, local);
   observed(observer, "optim.grad_norm", 0,
            [&] { r.grad_norm = global_grad_norm({engine.grad_norm_part()}); });
-  ODY_CHECK(std::isfinite(r.loss) && std::isfinite(r.grad_norm),
-            "step {}: loss {} / gradient norm {} is not finite", step + 1, r.loss, r.grad_norm);
-  const float scale = clip_scale(r.grad_norm, settings.grad_clip);
-  observed(observer, "optim.update", 0, [&] { engine.step(lr, step + 1, scale); });
+  update(r, {&engine}, settings, step, lr, observer);
+  return r;
+}
+
+StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
+                      const StepSettings& settings, int64_t step, float lr) {
+  const int B = data.rows(), T = data.local_len(), m = settings.micro_steps;
+  // Every stage sees the step's micro-batches (the first reads the tokens, the last the targets).
+  std::vector<std::vector<int>> inputs(static_cast<size_t>(m)), targets(static_cast<size_t>(m));
+  for (int micro = 0; micro < m; ++micro) {
+    inputs[size_t(micro)].resize(size_t(B) * size_t(T));
+    targets[size_t(micro)].resize(size_t(B) * size_t(T));
+    data.load(step, micro, inputs[size_t(micro)].data(), targets[size_t(micro)].data());
+  }
+  for (ZeroEngine* engine : pipe.engines) engine->zero_grad();
+  LossSum local;
+  local.sum = pipe.runner->run(
+      [&](int j) {
+        return PipelineMicroBatch{inputs[size_t(j)].data(), targets[size_t(j)].data(), data.positions(), B,
+                                  T};
+      },
+      settings.dloss, &local.count);
+  for (size_t c = 0; c < pipe.engines.size(); ++c)
+    if (!pipe.tied[c].empty()) sum_tied_gradient(*pipe.engines[c], pipe.tied[c], *pipe.embd);
+  StepResult r;
+  r.loss = global_mean_loss(loss_group, local, pipe.pp);
+  r.grad_norm = pipeline_grad_norm(pipe.engines, pipe.norm_skip, *pipe.pp);
+  r.pp_wait_ms = pipe.runner->wait_seconds() * 1e3;
+  r.pp_compute_ms = pipe.runner->compute_seconds() * 1e3;
+  r.pp_run_ms = pipe.runner->run_seconds() * 1e3;
+  update(r, pipe.engines, settings, step, lr, nullptr);
   return r;
 }
 

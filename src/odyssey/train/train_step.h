@@ -10,6 +10,7 @@
 #include "odyssey/comm/communicator.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/stage.h"
+#include "odyssey/parallel/pipeline.h"
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/micro_batches.h"
 
@@ -22,8 +23,11 @@ struct StepSettings {
 };
 
 struct StepResult {
-  double loss = 0;       // token mean over the global batch
-  double grad_norm = 0;  // before clipping
+  double loss = 0;           // token mean over the global batch
+  double grad_norm = 0;      // before clipping
+  double pp_wait_ms = 0;     // pipeline: time blocked in receives (the measured bubble)
+  double pp_compute_ms = 0;  // pipeline: time in the stages' forward, loss and backward
+  double pp_run_ms = 0;      // pipeline: the schedule's whole run on this rank
 };
 
 // step: 0-based (the optimizer sees step + 1). acts: the activations the micro-steps run in.
@@ -33,5 +37,22 @@ struct StepResult {
 StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, MicroBatches& data,
                       Communicator& loss_group, const StepSettings& settings, int64_t step, float lr,
                       OpObserver* observer = nullptr);
+
+// A pipeline rank's part of the step (parallel.pp > 1): its stages (model chunks), their engines, the
+// runner over them, and the tied embedding's copies.
+struct PipelineStep {
+  PipelineRunner* runner = nullptr;  // its engines set (set_engines)
+  std::vector<ZeroEngine*> engines;  // per chunk
+  Communicator* pp = nullptr;        // the pipeline group
+  Communicator* embd = nullptr;      // the tied copies' group (null: no tied copy on this rank)
+  std::vector<Range> tied;           // per chunk: the tied copy's dense range (empty: none)
+  std::vector<Range> norm_skip;      // per chunk: left out of the norm (the last stage's tied copy)
+};
+
+// The same step through the pipeline: the step's micro-batches run by the runner's schedule (each
+// backward one micro-step of its chunk's engine), then the tied copies summed over embd, the loss over
+// loss_group and pp, the norm over every stage (pipeline_grad_norm), clipping and every engine's update.
+StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
+                      const StepSettings& settings, int64_t step, float lr);
 
 }  // namespace odyssey

@@ -23,6 +23,7 @@
 #include "odyssey/model/architecture.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/schedule.h"
+#include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/parallel/sequence_shard.h"
 #include "odyssey/parallel/usp_attention.h"
 #include "odyssey/parallel/zero.h"
@@ -93,17 +94,34 @@ ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
   return zo;
 }
 
-// Everything a run is built from, in build order (torchtitan's build phase): the grid, the model (one
-// stage of the registered architecture), the optimizer and the ZeRO engine over it, the sequence-
-// parallel attention, and the data. Rows are split over dp; each row's sequence over sp. Weights are
-// replicated over dp x sp, so their gradients are summed, and ZeRO shards, over dp_sp (= dp without
-// sequence parallelism).
+// Everything a run is built from, in build order (torchtitan's build phase): the grid, the model (this
+// rank's stages of the registered architecture: the whole model, or under pipeline parallelism its
+// parallel.pp_virtual stages of the split), the optimizer and a ZeRO engine over each stage, the
+// sequence-parallel attention, the pipeline runner, and the data. Rows are split over dp; each row's
+// sequence over sp. Weights are replicated over dp x sp, so their gradients are summed, and ZeRO
+// shards, over dp_sp (= dp without sequence parallelism); stages differ over pp.
 // A model too large for the host is refused before its allocation fails (also under --dry-run).
-std::unique_ptr<Stage> make_checked_model(const RunConfig& c, const Architecture& arch, int replicas,
-                                          Communicator& world) {
+// A pipeline rank holds only its stages: the check takes the largest rank's share (the same on every
+// rank, so all refuse alike).
+void check_model_fits(const RunConfig& c, const Architecture& arch,
+                      const std::vector<std::pair<int, int>>& ranges, int replicas, Communicator& world) {
+  int64_t per_rank = 0;
+  if (c.parallel.pp > 1) {
+    std::vector<int64_t> held(size_t(c.parallel.pp), 0);
+    for (size_t s = 0; s < ranges.size(); ++s)
+      held[s % held.size()] +=
+          arch.make_stage(c.model, StageRange{ranges[s].first, ranges[s].second}, false)->table().total();
+    per_rank = *std::max_element(held.begin(), held.end());
+  }
   check_model_state(c.model, c.parallel.zero_stage, replicas, host_layout(world).local_size,
-                    c.train.host_memory_gb, available_memory_bytes());
-  return arch.make_stage(c.model, StageRange{}, false);
+                    c.train.host_memory_gb, available_memory_bytes(), per_rank);
+}
+
+// The layer ranges of every stage: the whole model, or the pipeline's split (parallel.pp_layers or
+// split_layers), stage s on pp rank s % pp as its chunk s / pp.
+std::vector<std::pair<int, int>> stage_ranges(const RunConfig& c) {
+  if (c.parallel.pp == 1) return {{0, c.model.n_layer}};
+  return stage_layers(c.model.n_layer, c.parallel.pp * c.parallel.pp_virtual, c.parallel.pp_layers);
 }
 
 struct Run {
@@ -113,13 +131,19 @@ struct Run {
   Communicator& dp;
   Communicator& replicas;
   const Architecture& arch;
-  std::unique_ptr<Stage> model;
+  std::vector<std::pair<int, int>> ranges;     // every stage's layers
+  std::vector<std::unique_ptr<Stage>> models;  // this rank's stages (chunks), in chunk order
   AdamW optimizer;
-  std::unique_ptr<ZeroEngine> engine;
+  std::vector<std::unique_ptr<ZeroEngine>> engines;  // one per stage, over models and optimizer
   std::unique_ptr<SequenceParallelAttention> sp_attention;
   SequenceShard shard;
   std::unique_ptr<TokenDataset> train_data, val_data;
   std::string auto_note;  // which policy memory.checkpoint = auto picked, and why (logged at start)
+  // Pipeline parallelism (parallel.pp > 1).
+  PipelineShape shape;
+  std::unique_ptr<PipelineRunner> pipeline;
+  std::unique_ptr<Communicator> embd;  // the tied embedding's holders (first and last stage)
+  PipelineStep pipe;
 
   Run(const RunConfig& c, Communicator& w)
       : config(c),
@@ -129,23 +153,72 @@ struct Run {
         dp(grid.dp()),
         replicas(grid.dp_sp()),
         arch(architecture(c.model.arch)),
-        model(make_checked_model(c, arch, replicas.size(), w)),
+        ranges(stage_ranges(c)),
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
+    check_model_fits(c, arch, ranges, replicas.size(), w);
+    const int P = c.parallel.pp, v = P > 1 ? c.parallel.pp_virtual : 1;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const auto [begin, end] = ranges[size_t(chunk * P + grid.coords().pp)];
+      models.push_back(arch.make_stage(c.model, StageRange{begin, end}, false));
+    }
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
-    model->set_memory(MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint,
-                                    c.memory.head_chunk_tokens, c.memory.chunk_tokens});
-    engine = std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer);
+    for (auto& model : models) {
+      model->set_memory(MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint,
+                                      c.memory.head_chunk_tokens, c.memory.chunk_tokens});
+      engines.push_back(std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer));
+    }
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
     if (grid.sp().size() > 1) {
       SpAttentionOptions so;
       so.layout = c.parallel.sp_ring_layout;
       so.n_kv_head = c.model.kv_heads();
       sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
-      model->set_attention(sp_attention.get());
+      for (auto& model : models) model->set_attention(sp_attention.get());
       shard = sp_attention->shard();
     }
+    if (P > 1) build_pipeline();
   }
+  Stage& model() { return *models.front(); }
+  ZeroEngine& engine() { return *engines.front(); }
+
+  // The runner over this rank's stages, and the tied embedding: a stage with the head but not the
+  // embeddings holds a copy of an embeddings-unit tensor; its gradient is summed with the first
+  // stage's over `embd` (ZeRO 0: the pair with my dp x sp coordinates; ZeRO >= 1: both stages' whole
+  // dp x sp groups, each rank its shard), and the norm counts it on the first stage only.
+  void build_pipeline() {
+    const int P = config.parallel.pp;
+    shape = PipelineShape{P, int(models.size()),
+                          config.train.global_batch / (config.train.micro_batch * dp.size())};
+    std::vector<Stage*> chunks;
+    for (auto& model : models) chunks.push_back(model.get());
+    pipeline = std::make_unique<PipelineRunner>(grid.pp(), chunks, shape, config.parallel.pp_schedule);
+    pipe.runner = pipeline.get();
+    pipe.pp = &grid.pp();
+    for (auto& engine : engines) pipe.engines.push_back(engine.get());
+    pipeline->set_engines(pipe.engines);
+    // The tied tensor's name: in the last stage's table, from the whole model's embeddings unit.
+    const ParamTable whole(config.model);
+    const auto [lb, le] = ranges.back();
+    const ParamTable last = arch.make_stage(config.model, StageRange{lb, le}, false)->table();
+    std::string tied;
+    for (const ParamInfo& t : last.tensors())
+      if (whole.find(t.name).unit == 0) tied = t.name;
+    bool holder = false;
+    for (size_t c = 0; c < models.size(); ++c) {
+      const ParamInfo* t = tied.empty() ? nullptr : models[c]->table().try_find(tied);
+      const bool first = models[c]->range().embeddings(), copy = t && !first;
+      pipe.tied.push_back(t ? Range{t->offset, t->offset + t->numel} : Range{});
+      pipe.norm_skip.push_back(copy ? pipe.tied.back() : Range{});
+      holder |= t != nullptr;
+    }
+    if (tied.empty()) return;
+    // Members: pp 0 and P - 1 (the first and last stage's ranks); ZeRO 0 one pair per dp x sp position.
+    const int color = !holder ? -1 : config.parallel.zero_stage == 0 ? replicas.rank() : 0;
+    embd = world.split(color, world.rank(), "embd", grid.num_nodes() == 1);
+    if (embd) pipe.embd = embd.get();
+  }
+
   bool root() const { return world.rank() == 0; }
   int seq_len() const { return config.seq_len(); }
 
@@ -156,13 +229,26 @@ struct Run {
     const TrainConfig& tc = config.train;
     HostMemoryNeed need;
     if (tc.steps == 0 && !dry_run) return need;
-    const MemoryReport state = engine->memory();
+    uint64_t state_bytes = 0;
+    for (auto& engine : engines) {
+      const MemoryReport state = engine->memory();
+      state_bytes += state.params + state.grads + state.optimizer + state.comm_buffers;
+    }
+    // A pipeline rank holds the activations of its schedule's peak in-flight micro-batch stages.
+    const int in_flight = pipeline
+                              ? validate_schedule(build_schedule(config.parallel.pp_schedule, shape), shape)
+                                    .peak_in_flight[size_t(grid.coords().pp)]
+                              : 1;
     auto need_for = [&](CheckpointPolicy policy) {
-      model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
       HostMemoryNeed n;
-      n.state_per_rank = state.params + state.grads + state.optimizer + state.comm_buffers;
+      n.state_per_rank = state_bytes;
       n.tokens_per_rank = seq_len() / grid.sp().size();
-      n.activations_per_rank = model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank);
+      size_t largest = 0;
+      for (auto& model : models) {
+        model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
+        largest = std::max(largest, model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank));
+      }
+      n.activations_per_rank = largest * size_t(in_flight);
       n.ranks_on_host = host_layout(world).local_size;
       n.seq_len = seq_len();
       n.micro_batch = tc.micro_batch;
@@ -203,30 +289,36 @@ struct Run {
   // stage keeps) or initialises what this rank keeps. Returns the step to start at.
   int64_t resume_or_init() {
     const TrainConfig& tc = config.train;
-    const ParamTable& table = model->table();
     const std::string latest = config.checkpoint.resume ? find_latest_checkpoint(config.checkpoint.dir) : "";
     if (latest.empty()) {
-      // Only what the engine keeps is initialised: under ZeRO-3 the rest of the dense buffer stays
+      // Only what each engine keeps is initialised: under ZeRO-3 the rest of the dense buffer stays
       // untouched zero pages, so a fresh start holds a 1/dp share of the parameters, like a resume.
-      ZeroPages params(size_t(table.total()));
-      for (const Range& r : engine->param_ranges_loaded())
-        arch.init(params.data(), table, config.model, tc.seed, r.begin, r.end);
-      engine->load(params.data());
+      // A stage's tensors draw the whole model's values (init streams keyed by the tensor's index), so
+      // every layout starts from the same weights.
+      for (size_t c = 0; c < models.size(); ++c) {
+        const ParamTable& table = models[c]->table();
+        ZeroPages params(size_t(table.total()));
+        for (const Range& r : engines[c]->param_ranges_loaded())
+          arch.init(params.data(), table, config.model, tc.seed, r.begin, r.end);
+        engines[c]->load(params.data());
+      }
       return 0;
     }
     CheckpointState state = read_checkpoint_manifest(latest);
     check_same_model(config.model, state.model, latest);
     Timer load_timer;
-    state = load_sharded_checkpoint(latest, *engine, table);
+    for (size_t c = 0; c < models.size(); ++c)
+      state = load_sharded_checkpoint(latest, *engines[c], models[c]->table(), pipeline != nullptr);
     const double load_s = load_timer.seconds();
     ODY_CHECK(
         state.next_row == uint64_t(state.step) * uint64_t(tc.global_batch),
         "checkpoint {} was written with a different train.global_batch (data position {} after {} steps)",
         latest, state.next_row, state.step);
     if (root())
-      log_info("resumed from {} (step {}, written at world size {}, ZeRO stage {}; loaded in {:.2f} s)",
-               latest, state.step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
-               load_s);
+      log_info(
+          "resumed from {} (step {}, written at world size {}, ZeRO stage {}, pp {}; loaded in {:.2f} s)",
+          latest, state.step, state.layout.value("world_size", 0), state.layout.value("zero_stage", 0),
+          state.layout.value("pp", 1), load_s);
     return state.step;
   }
 
@@ -255,8 +347,17 @@ struct Run {
                       {"total_steps", tc.steps},
                       {"step", step},
                       {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
-    return save_sharded_checkpoint(replicas, *engine, model->table(), state, config.checkpoint.dir,
-                                   config.checkpoint.keep);
+    if (!pipeline)
+      return save_sharded_checkpoint(replicas, engine(), model().table(), state, config.checkpoint.dir,
+                                     config.checkpoint.keep);
+    // Every stage writes its tensors; the tied copy is stored once, by the first stage.
+    state.layout["pp_schedule"] = enum_name(kPipelineScheduleNames, pc.pp_schedule);
+    state.layout["pp_virtual"] = pc.pp_virtual;
+    std::vector<CheckpointPart> parts;
+    for (size_t c = 0; c < models.size(); ++c)
+      parts.push_back({engines[c].get(), &models[c]->table(), pipe.norm_skip[c]});
+    return save_sharded_checkpoint(world, replicas, parts, ParamTable(config.model), state,
+                                   config.checkpoint.dir, config.checkpoint.keep);
   }
 
   void log_start(double gemm_gflops) const {
@@ -267,7 +368,17 @@ struct Run {
     if (!auto_note.empty()) log_info("{}", auto_note);
     log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
              config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
-             config.model.vocab_size, model->table().total() / 1e6);
+             config.model.vocab_size, ParamTable(config.model).total() / 1e6);
+    if (pipeline)
+      log_info(
+          "pipeline: {} stages over pp {} ({} schedule, {} stage(s) per rank, {} micro-batches): layers {}",
+          ranges.size(), shape.P, enum_name(kPipelineScheduleNames, config.parallel.pp_schedule), shape.v,
+          shape.m, describe_stage_layers(ranges));
+    if (pipeline && shape.m < shape.P)
+      log_info(
+          "warning: {} micro-batches per step for {} pipeline ranks: the ranks idle (P-1)/(m+P-1) = {:.0f}% "
+          "of the schedule; raise train.global_batch or lower train.micro_batch",
+          shape.m, shape.P, 100.0 * (shape.P - 1) / (shape.m + shape.P - 1));
     log_info(
         "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
         "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank",
@@ -276,8 +387,8 @@ struct Run {
     log_info(
         "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
         "over {} ranks",
-        config.parallel.zero_stage, engine->partition().segments().size(), engine->partition().padded_total(),
-        engine->partition().ranks());
+        config.parallel.zero_stage, engines.front()->partition().segments().size(),
+        engines.front()->partition().padded_total(), engines.front()->partition().ranks());
   }
 };
 
@@ -289,6 +400,37 @@ std::pair<uint64_t, uint64_t> peak_rss(Communicator& world) {
   std::vector<uint64_t> all(size_t(world.size()));
   world.all_gather(&mine, all.data(), sizeof(uint64_t), DType::u8);
   return {mine, *std::max_element(all.begin(), all.end())};
+}
+
+// The pipeline's figures of a step, per pp rank (collective over pp): the time blocked in receives
+// (the measured bubble), in compute, the schedule's run, the micro-batch stages held at once and their
+// activation bytes; and the bubble fraction 1 - (compute summed over the ranks) / (P x the longest
+// run), the spec's idle fraction (§3.8) measured.
+nlohmann::json pipeline_metrics(Run& run, const StepResult& step, double step_ms) {
+  Communicator& pp = run.grid.pp();
+  const PipelineRunner& runner = *run.pipeline;
+  double mine[5] = {step.pp_wait_ms, step.pp_compute_ms, step.pp_run_ms, double(runner.peak_in_flight()),
+                    double(runner.peak_activation_bytes())};
+  std::vector<double> all(size_t(5 * pp.size()));
+  pp.all_gather(mine, all.data(), 5 * sizeof(double), DType::u8);
+  nlohmann::json j = {{"schedule", enum_name(kPipelineScheduleNames, run.config.parallel.pp_schedule)},
+                      {"P", run.shape.P},
+                      {"v", run.shape.v},
+                      {"m", run.shape.m}};
+  double compute = 0, longest = 0;
+  for (int r = 0; r < pp.size(); ++r) {
+    const double* x = &all[size_t(5 * r)];
+    j["wait_ms"].push_back(x[0]);
+    j["compute_ms"].push_back(x[1]);
+    j["run_ms"].push_back(x[2]);
+    j["peak_in_flight"].push_back(int(x[3]));
+    j["activation_bytes"].push_back(uint64_t(x[4]));
+    compute += x[1];
+    longest = std::max(longest, x[2]);
+  }
+  j["bubble_fraction"] = longest > 0 ? 1.0 - compute / (pp.size() * longest) : 0.0;
+  j["run_fraction_of_step"] = step_ms > 0 ? longest / step_ms : 0.0;
+  return j;
 }
 
 void log_dry_run(const HostMemoryNeed& need, int zero_stage, int micro_batch, uint64_t host_available) {
@@ -319,8 +461,6 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   set_threads(tc.threads > 0 ? tc.threads : std::getenv("OMP_NUM_THREADS") ? 0 : host_threads);
 
   Run run(config, world);
-  Stage& model = *run.model;
-  ZeroEngine& engine = *run.engine;
   const bool root = run.root();
   const int T = run.seq_len();
   const uint64_t host_available = available_memory_bytes();
@@ -357,8 +497,9 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
   TrainResult result;
   result.steps = start_step;
-  // One micro-batch in flight: its activations, also used by validation.
-  std::unique_ptr<StageActivations> acts = model.make_activations();
+  // Without a pipeline, one micro-batch in flight: its activations, also used by validation (the
+  // pipeline runner keeps its own).
+  std::unique_ptr<StageActivations> acts = run.pipeline ? nullptr : run.model().make_activations();
   const int ranks = run.dp.size();
   std::unique_ptr<BatchLoader> train_rows, val_rows;
   if (run.train_data)
@@ -373,7 +514,11 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                               : run.val_data->rows_per_epoch())
           : 0;
   auto validate = [&] {
-    return evaluate_distributed(model, *acts, *val_rows, val_row_count, run.dp.rank(), ranks, run.replicas);
+    if (run.pipeline)
+      return evaluate_pipeline(*run.pipeline, *val_rows, val_row_count, run.dp.rank(), ranks, run.replicas,
+                               run.grid.pp());
+    return evaluate_distributed(run.model(), *acts, *val_rows, val_row_count, run.dp.rank(), ranks,
+                                run.replicas);
   };
   StepSettings step_settings;
   step_settings.micro_steps = tc.global_batch / (tc.micro_batch * ranks);
@@ -389,15 +534,31 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     world.stats().reset();  // the metrics report this step's traffic
     Timer timer;
     const float lr = schedule.at(step);
-    const StepResult stepped =
-        train_step(model, *acts, engine, *train_rows, run.replicas, step_settings, step, lr);
+    const StepResult stepped = run.pipeline
+                                   ? train_step(run.pipe, *train_rows, run.replicas, step_settings, step, lr)
+                                   : train_step(run.model(), *acts, run.engine(), *train_rows, run.replicas,
+                                                step_settings, step, lr);
     const double loss = stepped.loss, grad_norm = stepped.grad_norm;
     const double ms = timer.ms();
     const nlohmann::json comm = world.stats().to_json();
-    MemoryReport memory = engine.memory();
-    memory.activations = acts->bytes() + model.attention_bytes();
-    // After `comm` is read, so this gather is not counted in the step's traffic.
+    MemoryReport memory;
+    int64_t params = 0;
+    CommTraffic traffic;
+    for (size_t c = 0; c < run.engines.size(); ++c) {
+      const MemoryReport m = run.engines[c]->memory();
+      memory.params += m.params, memory.grads += m.grads, memory.optimizer += m.optimizer;
+      memory.comm_buffers += m.comm_buffers;
+      params += run.models[c]->table().total();
+      const CommTraffic& t = run.engines[c]->traffic();
+      traffic.weights_intra += t.weights_intra, traffic.weights_inter += t.weights_inter;
+      traffic.grads_intra += t.grads_intra, traffic.grads_inter += t.grads_inter;
+    }
+    memory.activations = run.pipeline ? run.pipeline->peak_activation_bytes() + run.model().attention_bytes()
+                                      : acts->bytes() + run.model().attention_bytes();
+    // After `comm` is read, so these gathers are not counted in the step's traffic.
     const auto [peak_rss_mine, peak_rss_max] = peak_rss(world);
+    const nlohmann::json pipeline_record =
+        run.pipeline ? pipeline_metrics(run, stepped, ms) : nlohmann::json();
     const int64_t step_tokens = int64_t(tc.global_batch) * T;
     const double tokens_per_s = step_tokens / (ms / 1e3);
     // MFU against the GEMM rate of all ranks together.
@@ -424,10 +585,14 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"tokens_per_s", tokens_per_s},
                              {"mfu", mfu},
                              {"comm", comm},
-                             {"comm_bytes_per_param", engine.traffic().per_param_json(model.table().total())},
+                             {"comm_bytes_per_param", traffic.per_param_json(params)},
                              {"memory", memory.to_json()},
                              {"peak_rss_bytes", peak_rss_mine},
                              {"peak_rss_bytes_max", peak_rss_max}};
+    if (!pipeline_record.is_null()) {
+      record["pipeline"] = pipeline_record;
+      record["pp_wait_ms"] = pipeline_record["wait_ms"];  // the spec's name (§9), per pp rank
+    }
     const bool last = step + 1 == end_step;
     const bool eval_now = run.val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {

@@ -1,0 +1,29 @@
+// What a pipeline adds to a step's gradients after its stages' reductions (spec §3.6, §3.7): the tied
+// embedding's two copies (the first stage's embedding matrix, the last stage's LM head) summed over
+// the embedding group, and the global gradient norm over every stage, each tied copy counted once.
+#pragma once
+
+#include <vector>
+
+#include "odyssey/comm/communicator.h"
+#include "odyssey/parallel/shard.h"
+#include "odyssey/parallel/zero.h"
+
+namespace odyssey {
+
+// Adds the tied copies' reduced gradients, in place on every member of embd: the ranks of the first
+// and last stage that hold the copy's elements (ZeRO 0: the two ranks with this rank's data-parallel
+// coordinates, each holding the whole gradient; ZeRO >= 1: both stages' whole data-parallel groups,
+// each rank its shard). tensor: the copy's dense range in the engine's table. Each element is the sum
+// of exactly two non-zero terms (the rest add zeros), so every member gets the same bits.
+// Collective over embd.
+void sum_tied_gradient(ZeroEngine& engine, Range tensor, Communicator& embd);
+
+// sqrt of the sum of squares of every stage's reduced gradients: per engine over its data-parallel
+// shards, then over the pp group; skip[c] (may be empty) is a dense range of engine c left out (the
+// last stage's tied copy: the first stage counts it). The same on every rank. Collective over the
+// engines' groups and pp.
+double pipeline_grad_norm(const std::vector<ZeroEngine*>& engines, const std::vector<Range>& skip,
+                          Communicator& pp);
+
+}  // namespace odyssey
