@@ -1,5 +1,8 @@
 // FloatBuffer: an owning, 64-byte aligned, zero-initialised array of floats. Parameters, gradients,
 // optimizer moments and activations all live in these (flat buffers, as DESIGN.md says).
+// Buffers of 64 MiB and more are anonymous mappings, whose pages read as zero and take memory only
+// once written: a model-sized gradient or moment buffer costs nothing until the first step uses it
+// (a dry run never does), and no start-up pass writes gigabytes of zeros.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +11,8 @@
 #include <cstring>
 #include <memory>
 #include <new>
+
+#include <sys/mman.h>
 
 namespace odyssey {
 
@@ -19,16 +24,22 @@ class AlignedBuffer {
 
   // Reallocates (contents are lost) and zero-fills.
   void resize(size_t n) {
+    data_.reset();
     size_ = n;
-    if (n == 0) {
-      data_.reset();
-      return;
+    if (n == 0) return;
+    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    void* p = nullptr;
+    if (bytes >= kMappedBytes) {  // page-aligned, already zero
+      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) p = nullptr;
+    } else if ((p = std::aligned_alloc(64, bytes))) {
+      std::memset(p, 0, bytes);
     }
-    size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
-    data_.reset(static_cast<T*>(p));
+    if (!p) {
+      size_ = 0;
+      throw std::bad_alloc();
+    }
+    data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{bytes});
   }
   void zero() {
     if (size_) std::memset(data_.get(), 0, size_ * sizeof(T));
@@ -42,8 +53,15 @@ class AlignedBuffer {
   const T& operator[](size_t i) const { return data_.get()[i]; }
 
  private:
+  static constexpr size_t kMappedBytes = size_t{64} << 20;
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    size_t bytes = 0;
+    void operator()(T* p) const {
+      if (bytes >= kMappedBytes)
+        munmap(p, bytes);
+      else
+        std::free(p);
+    }
   };
   std::unique_ptr<T, Free> data_;
   size_t size_ = 0;
