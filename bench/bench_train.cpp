@@ -27,7 +27,7 @@
 //
 // Usage: bench_train [--n-layer 12] [--n-head 12] [--d-model 768] [--seq-len 1024] [--vocab 50257]
 //                    [--batch 1] [--steps 3] [--warmup 1] [--threads 2] [--seed 1] [--profile 0]
-//                    [--head-chunk 1024] [--recompute 0|1]
+//                    [--head-chunk 1024] [--chunk 4096] [--recompute 0|1]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -64,17 +64,18 @@ struct Args {
   int n_layer = 12, n_head = 12, d_model = 768, seq_len = 1024, vocab = 50257;
   int batch = 1, steps = 3, warmup = 1, threads = 2, seed = 1, profile = 0;
   int head_chunk = 1024;  // memory.head_chunk_tokens, as the trainer's default
+  int chunk = 4096;       // memory.chunk_tokens, as the trainer's default
   int recompute = 0;      // 1: memory.checkpoint = full
 };
 
 Args parse_args(int argc, char** argv) {
   Args a;
   std::map<std::string, int*> keys = {
-      {"--n-layer", &a.n_layer},    {"--n-head", &a.n_head},   {"--d-model", &a.d_model},
-      {"--seq-len", &a.seq_len},    {"--vocab", &a.vocab},     {"--batch", &a.batch},
-      {"--steps", &a.steps},        {"--warmup", &a.warmup},   {"--threads", &a.threads},
-      {"--seed", &a.seed},          {"--profile", &a.profile}, {"--head-chunk", &a.head_chunk},
-      {"--recompute", &a.recompute}};
+      {"--n-layer", &a.n_layer}, {"--n-head", &a.n_head},      {"--d-model", &a.d_model},
+      {"--seq-len", &a.seq_len}, {"--vocab", &a.vocab},        {"--batch", &a.batch},
+      {"--steps", &a.steps},     {"--warmup", &a.warmup},      {"--threads", &a.threads},
+      {"--seed", &a.seed},       {"--profile", &a.profile},    {"--head-chunk", &a.head_chunk},
+      {"--chunk", &a.chunk},     {"--recompute", &a.recompute}};
   for (int i = 1; i < argc; ++i) {
     auto it = keys.find(argv[i]);
     if (it == keys.end() || i + 1 >= argc) {
@@ -285,8 +286,8 @@ int main(int argc, char** argv) {
   config.seq_len = args.seq_len;
   config.vocab_size = args.vocab;
   GPT2 model(config, false);
-  model.set_memory(
-      MemoryOptions{args.recompute ? CheckpointPolicy::full : CheckpointPolicy::none, args.head_chunk});
+  model.set_memory(MemoryOptions{args.recompute ? CheckpointPolicy::full : CheckpointPolicy::none,
+                                 args.head_chunk, args.chunk});
   const AdamW adamw(AdamWConfig{});
   SingleCommunicator single("bench");
   ZeroEngine engine(model, single, ZeroOptions{}, adamw);
@@ -378,6 +379,7 @@ int main(int argc, char** argv) {
         {"steps", args.steps},
         {"warmup", args.warmup},
         {"head_chunk_tokens", args.head_chunk},
+        {"chunk_tokens", args.chunk},
         {"checkpoint", args.recompute ? "full" : "none"}}},
       {"params", P},
       {"tokens_per_step", N},

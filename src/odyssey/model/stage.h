@@ -32,8 +32,8 @@ namespace odyssey {
 // attention's output, lse and saved tensors, and recomputes the rest of the layer in its backward;
 // full keeps each layer's output (the next layer's input) and recomputes the whole layer. Recomputing
 // issues exactly the forward's calls, so losses and gradients are bitwise those of none
-// (model/layer_loop.h). auto is resolved by the trainer to the fastest that fits (none, then
-// keep_attention, then full); a stage never sees it.
+// (model/layer_loop.h). auto is resolved by the trainer to the fastest that fits (none, cheap,
+// keep_attention, full); a stage never sees it.
 enum class CheckpointPolicy { none, cheap, keep_attention, full, automatic };
 inline constexpr EnumNames<CheckpointPolicy, 5> kCheckpointPolicyNames = {
     {{"none", CheckpointPolicy::none},

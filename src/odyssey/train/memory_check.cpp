@@ -36,7 +36,8 @@ void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t av
       "train.seq_len {} x train.micro_batch {} does not fit on this host: {} rank(s) x {} of "
       "activations ({} tokens per rank, memory.checkpoint = {}){} = {}, but {} is {}. Use more "
       "sequence-parallel ranks (parallel.sp_ulysses, parallel.sp_ring), memory.checkpoint = "
-      "keep_attention or full, a shorter train.seq_len or a smaller train.micro_batch",
+      "keep_attention or full, a smaller memory.chunk_tokens, a shorter train.seq_len or a smaller "
+      "train.micro_batch",
       need.seq_len, need.micro_batch, ranks, size(need.activations_per_rank), need.tokens_per_rank,
       need.checkpoint,
       budget_gb > 0 ? fmt::format(" + {} of model state per rank", size(need.state_per_rank)) : "",
