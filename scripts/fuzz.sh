@@ -50,8 +50,8 @@ printf '%-28s %14s %10s  %s\n' target executions exec/s result
 for t in "${targets[@]}"; do
   name="${t#fuzz_}"
   log="$BUILD/logs/$name.log"
-  runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
-  rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  runs=$(grep -o 'stat::number_of_executed_units:[[:space:]]*[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  rate=$(grep -o 'stat::average_exec_per_sec:[[:space:]]*[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   result=ok
   if ls "$BUILD/artifacts/$name"/* >/dev/null 2>&1 || grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then
     result="FOUND: $(ls "$BUILD/artifacts/$name"/* 2>/dev/null | head -n 1) (see $log)"
