@@ -13,7 +13,6 @@ seconds=${1:-60}
 parallel=${2:-1}
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
-export OMP_NUM_THREADS=1
 # Inputs are written to a scratch file per execution: on tmpfs where there is one.
 [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && export TMPDIR=/dev/shm
 
@@ -22,6 +21,8 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=
 targets=()
 for src in fuzz/fuzz_*.cpp; do targets+=("$(basename "$src" .cpp)"); done
 ninja -C "$BUILD" -j"$(nproc)" "${targets[@]}"
+# After the build: nproc honours OMP_NUM_THREADS.
+export OMP_NUM_THREADS=1
 
 run_one() {
   local t="$1" name="${1#fuzz_}"

@@ -119,10 +119,11 @@ TEST_F(SlicedTest, GapInTheSlicesIsRefused) {
   }
 }
 
-// A flipped bit at every byte of manifest.json (bit i mod 8 of byte i) never loads a different
-// manifest: it is refused naming the manifest, also where the result is still valid JSON (a digit of
-// the step or the seed), unless the content stays the same (1e-06 read as 1E-06, or the checksum key's
-// own name, which makes a manifest read as written before the checksum existed).
+// A flipped bit in manifest.json (bit i mod 8 of every 5th byte i: each field, a fifth of the cost
+// under ASan) never loads a different manifest: it is refused naming the manifest, also where the
+// result is still valid JSON (a digit of the step or the seed), unless the content stays the same
+// (1e-06 read as 1E-06, or the checksum key's own name, which makes a manifest read as written before
+// the checksum existed).
 TEST_F(SlicedTest, FlippedBitInTheManifestIsRefused) {
   const size_t n = size_t(table_.total());
   std::vector<float> p(n, 1.0f), m(n, 2.0f), v(n, 3.0f);
@@ -137,9 +138,10 @@ TEST_F(SlicedTest, FlippedBitInTheManifestIsRefused) {
   nlohmann::json want = nlohmann::json::parse(good);
   want.erase(kManifestChecksumKey);
   int refused = 0, parsed_but_refused = 0;
-  for (size_t i = 0; i < good.size(); ++i) {
+  for (size_t i = 0; i < good.size(); i += 5) {
     std::string bad = good;
     bad[i] = char(bad[i] ^ (1 << (i % 8)));
+    const bool valid_json = nlohmann::json::accept(bad);
     std::ofstream(path, std::ios::binary | std::ios::trunc) << bad;  // no fsync: one write a byte
     try {
       nlohmann::json got = read_checkpoint_manifest(dir).manifest;
@@ -153,10 +155,10 @@ TEST_F(SlicedTest, FlippedBitInTheManifestIsRefused) {
     } catch (const Error& e) {
       ASSERT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
       ++refused;
-      parsed_but_refused += nlohmann::json::accept(bad);
+      parsed_but_refused += valid_json;
     }
   }
-  EXPECT_GT(refused, int(good.size()) - 40);
+  EXPECT_GT(refused, int(good.size() / 5) - 10);
   EXPECT_GT(parsed_but_refused, 100) << "of " << good.size() << " bytes";  // only the checksum catches these
 }
 
