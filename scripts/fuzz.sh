@@ -13,7 +13,6 @@ seconds=${1:-60}
 parallel=${2:-1}
 BUILD=${FUZZ_BUILD_DIR:-build-fuzz}
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
-export OMP_NUM_THREADS=1
 # Inputs are written to a scratch file per execution: on tmpfs where there is one.
 [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && export TMPDIR=/dev/shm
 
@@ -22,6 +21,8 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=
 targets=()
 for src in fuzz/fuzz_*.cpp; do targets+=("$(basename "$src" .cpp)"); done
 ninja -C "$BUILD" -j"$(nproc)" "${targets[@]}"
+# After the build: nproc honours OMP_NUM_THREADS.
+export OMP_NUM_THREADS=1
 
 run_one() {
   local t="$1" name="${1#fuzz_}"
@@ -50,8 +51,8 @@ printf '%-28s %14s %10s  %s\n' target executions exec/s result
 for t in "${targets[@]}"; do
   name="${t#fuzz_}"
   log="$BUILD/logs/$name.log"
-  runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
-  rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  runs=$(grep -o 'stat::number_of_executed_units:[[:space:]]*[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  rate=$(grep -o 'stat::average_exec_per_sec:[[:space:]]*[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
   result=ok
   if ls "$BUILD/artifacts/$name"/* >/dev/null 2>&1 || grep -qE 'ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then
     result="FOUND: $(ls "$BUILD/artifacts/$name"/* 2>/dev/null | head -n 1) (see $log)"

@@ -8,21 +8,31 @@
 # the test; leaks inside Open MPI's own libraries are suppressed by scripts/sanitizers/lsan.supp.
 #   bash scripts/sanitize.sh [ctest args, e.g. -R Safetensors]
 #   bash scripts/sanitize.sh --ci   the part CI runs within its time budget: the unit tests of the
-#                                   layers that parse outside input and own memory by hand (core, data,
-#                                   checkpoint, model), each executable run directly
+#       layers that parse outside input and own memory by hand (core, data, checkpoint, model), the
+#       fuzz targets' replay over their committed corpora, and a representative multi-rank set at 2
+#       and 4 ranks (ci_mpi_tests below: every collective and the process grid, two-level reductions,
+#       ZeRO 1-3 steps through the trainer's train_step, the pipeline runtime), each run directly
 # Measured on this project's 2-core machines: the whole pass takes ~9.5 min to build, 4.4 min for the
-# unit tests and 6.9 min for the multi-rank tests; --ci about 6 min in all.
+# unit tests and 6.9 min for the multi-rank tests; --ci: see the README's Reliability section.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${SANITIZE_BUILD_DIR:-build-asan}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g0" -DODYSSEY_SANITIZE=ON \
   -DODYSSEY_BUILD_TESTS=ON -DODYSSEY_BUILD_BENCH=OFF >/dev/null
 ci_targets=()
+# The multi-rank part of --ci (the rest, mpitest_sp_attention above all, is the slow half of the set).
+ci_mpi_tests=(mpitest_communicator mpitest_grid mpitest_two_level mpitest_zero_parity mpitest_pipeline)
+ci_fuzz=()
 if [ "${1:-}" = --ci ]; then
   shift
   for src in tests/core/test_*.cpp tests/dataio/test_*.cpp tests/checkpoint/test_*.cpp tests/model/test_*.cpp; do
     ci_targets+=("$(basename "$src" .cpp)")
   done
+  for src in fuzz/fuzz_*.cpp; do
+    name=$(basename "$src" .cpp)
+    ci_fuzz+=("${name#fuzz_}")
+  done
+  ci_targets+=("${ci_mpi_tests[@]}" "${ci_fuzz[@]/#/fuzz_replay_}")
 fi
 ninja -C "$BUILD" -j"$(nproc)" "${ci_targets[@]}"
 # fast_unwind_on_malloc=0: Open MPI's libraries keep no frame pointers, so only the slow unwinder
@@ -36,8 +46,21 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 if [ ${#ci_targets[@]} -gt 0 ]; then
-  for t in "${ci_targets[@]}"; do "$BUILD/tests/$t" --gtest_brief=1 || { echo "sanitize: $t failed" >&2; exit 1; }; done
-  echo "sanitize: ${#ci_targets[@]} test executables passed under ASan + UBSan"
+  failed() { echo "sanitize: $* failed" >&2; exit 1; }
+  units=0
+  for t in "${ci_targets[@]}"; do
+    [[ $t == test_* ]] || continue
+    "$BUILD/tests/$t" --gtest_brief=1 || failed "$t"
+    units=$((units + 1))
+  done
+  for name in "${ci_fuzz[@]}"; do "$BUILD/fuzz/fuzz_replay_$name" "fuzz/corpus/$name" || failed "fuzz_replay_$name"; done
+  for t in "${ci_mpi_tests[@]}"; do
+    for np in 2 4; do
+      OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe "$BUILD/tests/$t" --gtest_brief=1 || failed "$t at $np ranks"
+    done
+  done
+  echo "sanitize: $units unit test executables, ${#ci_fuzz[@]} fuzz corpus replays and ${#ci_mpi_tests[@]} multi-rank" \
+    "test executables at 2 and 4 ranks passed under ASan + UBSan"
   exit 0
 fi
 ctest --test-dir "$BUILD" --output-on-failure -j"$(nproc)" --timeout 900 -E '^cli\.' "$@"

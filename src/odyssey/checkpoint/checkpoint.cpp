@@ -129,6 +129,11 @@ std::string resolve_checkpoint(const std::string& path) {
   return latest;
 }
 
+std::string manifest_checksum(const nlohmann::json& manifest_without_checksum) {
+  const std::string text = manifest_without_checksum.dump();
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
 CheckpointState read_checkpoint_manifest(const std::string& dir) {
   const std::string path = dir + "/manifest.json";
   nlohmann::json manifest;
@@ -144,6 +149,14 @@ CheckpointState read_checkpoint_manifest(const std::string& dir) {
     ODY_CHECK(version <= kCheckpointFormatVersion,
               "{}: format_version {} is newer than this build reads ({}); upgrade Odyssey", path, version,
               kCheckpointFormatVersion);
+    // After the version: a newer format may checksum differently.
+    if (manifest.contains(kManifestChecksumKey)) {
+      nlohmann::json body = manifest;
+      body.erase(kManifestChecksumKey);
+      const nlohmann::json& stored = manifest.at(kManifestChecksumKey);
+      ODY_CHECK(stored.is_string() && stored.get<std::string>() == manifest_checksum(body),
+                "{}: checksum mismatch (the manifest is damaged)", path);
+    }
     state.model = model_config_from_json(manifest.at("model"), path);
     state.step = manifest.at("step").get<int64_t>();
     state.next_row = manifest.at("next_row").get<uint64_t>();

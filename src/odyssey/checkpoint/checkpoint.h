@@ -47,8 +47,15 @@ std::string find_latest_checkpoint(const std::string& run_dir);
 // Accepts a checkpoint directory, or a run directory (its newest checkpoint). Fails naming the path.
 std::string resolve_checkpoint(const std::string& path);
 
-// Reads and checks the manifest: format version, every listed file present with its size (format 1:
-// and its checksum; format 2 checks each slice's checksum when it is read).
+// The manifest's own checksum, stored in it under kManifestChecksumKey: the xxh3 of its compact JSON
+// without that key. A flipped byte that leaves manifest.json valid JSON (a digit of the step, the
+// seed or a learning rate) is then refused like one in a tensor file. Manifests without the key
+// (written before it existed) are read unchecked.
+inline constexpr const char* kManifestChecksumKey = "manifest_xxh3_64";
+std::string manifest_checksum(const nlohmann::json& manifest_without_checksum);
+
+// Reads and checks the manifest: its checksum, format version, every listed file present with its size
+// (format 1: and its checksum; format 2 checks each slice's checksum when it is read).
 CheckpointState read_checkpoint_manifest(const std::string& dir);
 
 // Loads params (and m, v when non-null; they must then be present) into buffers laid out by table.

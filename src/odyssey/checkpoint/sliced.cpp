@@ -165,6 +165,7 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
           {"kind", kind}, {"rank", r}, {"bytes", w.bytes}, {"xxh3_64", hex(w.xxh3)}, {"slices", slices}};
     }
   }
+  manifest[kManifestChecksumKey] = manifest_checksum(manifest);
   write_text_atomic(tmp_dir + "/manifest.json", manifest.dump(1) + "\n");
   fsync_dir(tmp_dir);
 

@@ -170,7 +170,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const double sum = head_loss(a.lnf.data(), *names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
+  const double sum = head_loss(a.lnf.data(), names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
                                a.head_chunk, a.scratch.datty.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;

@@ -66,10 +66,11 @@ void LayerStage::take_tokens(const int* inputs, const int* targets, const int* p
   }
 }
 
-double LayerStage::head_loss(const float* x, const ParamInfo& head, const int* targets, float* losses,
+double LayerStage::head_loss(const float* x, const ParamInfo* head_param, const int* targets, float* losses,
                              float* block, int chunk, float* dx, int N, float dloss, int64_t* count) {
-  ODY_CHECK(has_head(), "loss: the stage of layers [{}, {}) has no LM head", range_.layer_begin,
-            range_.layer_end);
+  ODY_CHECK(has_head() && head_param != nullptr, "loss: the stage of layers [{}, {}) has no LM head",
+            range_.layer_begin, range_.layer_end);
+  const ParamInfo& head = *head_param;
   const bool train = dloss > 0;
   if (train) {
     // The head's backward use of its unit (a tied head: the embedding's) starts here: its gradient

@@ -66,8 +66,9 @@ class LayerStage : public Stage {
                    int* token_positions, int* token_targets) const;
   // The fused, chunked LM head and its loss (lm_head.h) over the final norm's output x [N, C] with the
   // head matrix `head`: the sum of the counted tokens' losses, their count in *count; with dloss > 0
-  // also dx (zeroed first) and the head's gradient, its backward use beginning here (the hooks).
-  double head_loss(const float* x, const ParamInfo& head, const int* targets, float* losses, float* block,
+  // also dx (zeroed first) and the head's gradient, its backward use beginning here (the hooks). head is
+  // null on a stage without the head (refused, naming the stage).
+  double head_loss(const float* x, const ParamInfo* head, const int* targets, float* losses, float* block,
                    int chunk, float* dx, int N, float dloss, int64_t* count);
 
   // Layers whose attention keeps saved tensors at once (1 under full checkpointing; keep_attention keeps

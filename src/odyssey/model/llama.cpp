@@ -186,8 +186,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
   const double sum =
-      head_loss(a.fn.data(), *names_.lm_head, a.targets.data(), a.losses.data(), a.logits.data(),
-                a.head_chunk, a.scratch.datty.data(), a.B * a.T, dloss, count);
+      head_loss(a.fn.data(), names_.lm_head, a.targets.data(), a.losses.data(), a.logits.data(), a.head_chunk,
+                a.scratch.datty.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
