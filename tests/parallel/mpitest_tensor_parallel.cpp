@@ -25,35 +25,15 @@
 #include "odyssey/parallel/tp_ops.h"
 #include "odyssey/parallel/vocab_parallel.h"
 #include "sp_test_util.h"
+#include "tp_test_util.h"
 
 namespace odyssey {
 namespace {
 
-using Vec = std::vector<float>;
-
-double rel_error(const float* got, const float* want, size_t n) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < n; ++i) {
-    err = std::max(err, std::abs(double(got[i]) - double(want[i])));
-    scale = std::max(scale, std::abs(double(want[i])));
-  }
-  return err / std::max(scale, 1e-30);
-}
-double rel_error(const Vec& got, const Vec& want) {
-  EXPECT_EQ(got.size(), want.size());
-  return rel_error(got.data(), want.data(), std::min(got.size(), want.size()));
-}
-
-// Rows [r0, r0 + rows) of a [*, cols] matrix.
-Vec rows_of(const Vec& m, int64_t r0, int64_t rows, int64_t cols) {
-  return Vec(m.begin() + r0 * cols, m.begin() + (r0 + rows) * cols);
-}
-// Columns [c0, c0 + w) of a [rows, cols] matrix.
-Vec cols_of(const Vec& m, int64_t rows, int64_t cols, int64_t c0, int64_t w) {
-  Vec out(size_t(rows * w));
-  for (int64_t i = 0; i < rows; ++i) std::copy_n(m.begin() + i * cols + c0, w, out.begin() + i * w);
-  return out;
-}
+using tp_test::cols_of;
+using tp_test::rel_error;
+using tp_test::rows_of;
+using Vec = tp_test::Vec;
 
 uint64_t f_bytes(int64_t elements, int t) {
   return uint64_t(elements) * 4 * uint64_t(t - 1) / uint64_t(t);

@@ -23,21 +23,15 @@
 #include "odyssey/parallel/tp_linear.h"
 #include "odyssey/parallel/tp_ops.h"
 #include "sp_test_util.h"
+#include "tp_test_util.h"
 
 namespace odyssey {
 namespace {
 
-using Vec = std::vector<float>;
-
-double rel_error(const Vec& got, const Vec& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-    err = std::max(err, std::abs(double(got[i]) - double(want[i])));
-    scale = std::max(scale, std::abs(double(want[i])));
-  }
-  return err / std::max(scale, 1e-30);
-}
+using tp_test::cols_of;
+using tp_test::rel_error;
+using tp_test::rows_of;
+using Vec = tp_test::Vec;
 
 // One layer's twelve tensors, in the order of Gpt2LayerTensors.
 struct Layer {
@@ -77,16 +71,6 @@ Layer random_layer(int C, uint32_t seed) {
   return l;
 }
 
-// Rows [r0, r0 + n) of [*, cols].
-Vec rows_of(const Vec& m, int64_t r0, int64_t n, int64_t cols) {
-  return Vec(m.begin() + r0 * cols, m.begin() + (r0 + n) * cols);
-}
-// Columns [c0, c0 + w) of [rows, cols].
-Vec cols_of(const Vec& m, int64_t rows, int64_t cols, int64_t c0, int64_t w) {
-  Vec out(size_t(rows * w));
-  for (int64_t i = 0; i < rows; ++i) std::copy_n(m.begin() + i * cols + c0, w, out.begin() + i * w);
-  return out;
-}
 // Rank r's rows of a tensor whose dim 0 holds `parts` sub-parameters of `part_rows` rows each
 // ([q; k; v] of qkv: 3 sub-parameters of C rows), each split over t.
 Vec sub_param_rows(const Vec& m, int parts, int64_t part_rows, int64_t cols, int t, int r) {
