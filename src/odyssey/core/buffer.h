@@ -41,6 +41,11 @@ class AlignedBuffer {
     }
     data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{bytes});
   }
+  // At least n elements (grown, contents lost, when smaller; kept otherwise): reused scratch.
+  T* at_least(size_t n) {
+    if (size_ < n) resize(n);
+    return data();
+  }
   void zero() {
     if (size_) std::memset(data_.get(), 0, size_ * sizeof(T));
   }

@@ -14,10 +14,6 @@
 namespace odyssey {
 namespace {
 
-void ensure(FloatBuffer& b, size_t n) {
-  if (b.size() < n) b.resize(n);
-}
-
 // The mask of queries q against keys k by global positions; false when no key is visible.
 bool pair_mask(const RingAttention::Segment& q, const RingAttention::Segment& k, AttentionMask* m) {
   const int64_t q_last = q.start + q.len - 1, k_last = k.start + k.len - 1;
@@ -179,9 +175,9 @@ void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, Hea
   const int rows = std::min(options_.progress_rows, Tl);
   const int64_t kvw = 2 * int64_t(Hkv) * D, kv_n = int64_t(B) * Tl * kvw;
   const float scale = 1.0f / std::sqrt(float(D));
-  for (int i = 0; i < (P > 1 ? 2 : 1); ++i) ensure(kv_[i], size_t(kv_n));
-  ensure(blk_out_, size_t(B) * rows * H * D);
-  ensure(blk_lse_, size_t(B) * H * rows);
+  for (int i = 0; i < (P > 1 ? 2 : 1); ++i) kv_[i].at_least(size_t(kv_n));
+  blk_out_.at_least(size_t(B) * rows * H * D);
+  blk_lse_.at_least(size_t(B) * H * rows);
   pack_kv(kv_[0].data(), k, v, B, Tl, Hkv, D);
   // Every row starts having seen no key: out 0, lse -inf.
   for (int b = 0; b < B; ++b)
@@ -221,9 +217,12 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
   const int rows = std::min(options_.progress_rows, Tl);
   const int64_t kvw = 2 * int64_t(Hkv) * D, kv_n = int64_t(B) * Tl * kvw;
   const float scale = 1.0f / std::sqrt(float(D));
-  for (int i = 0; i < (P > 1 ? 2 : 1); ++i) ensure(kv_[i], size_t(kv_n)), ensure(dkv_[i], size_t(kv_n));
-  if (P > 1) ensure(dkv_in_, size_t(kv_n));
-  ensure(lse_rows_, size_t(B) * H * rows);
+  for (int i = 0; i < (P > 1 ? 2 : 1); ++i) {
+    kv_[i].at_least(size_t(kv_n));
+    dkv_[i].at_least(size_t(kv_n));
+  }
+  if (P > 1) dkv_in_.at_least(size_t(kv_n));
+  lse_rows_.at_least(size_t(B) * H * rows);
   pack_kv(kv_[0].data(), k, v, B, Tl, Hkv, D);
 
   const std::vector<Segment> mine = segments(r, Tl);

@@ -10,14 +10,9 @@ namespace odyssey {
 
 namespace {
 
-float* sized(FloatBuffer& b, int64_t n) {
-  if (b.size() < size_t(n)) b.resize(size_t(n));
-  return b.data();
-}
-
 // Exactly n floats of b, zeroed.
 float* zeroed(FloatBuffer& b, int64_t n) {
-  float* p = sized(b, n);
+  float* p = b.at_least(size_t(n));
   std::memset(p, 0, size_t(n) * sizeof(float));
   return p;
 }
@@ -31,7 +26,7 @@ void add_bias(float* y, const float* b, int64_t rows, int cols) {
 
 const float* TensorParallelLinears::gathered(const float* x, int64_t n, int X, const LinearCall& c) {
   if (!sequence_parallel_) return x;
-  float* g = sized(full_, n * X);
+  float* g = full_.at_least(size_t(n * X));
   observed(c.observer, "comm.tp.all_gather", 0, [&] { tp_gather_tokens(tp_, x, g, n, X); });
   return g;
 }
@@ -52,7 +47,7 @@ void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r,
   float* reduced = dxp;
   RequestPtr pending;
   if (tp_.size() > 1 && sequence_parallel_) {
-    reduced = sized(reduced_, count);
+    reduced = reduced_.at_least(size_t(count));
     pending = tp_.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
   } else if (tp_.size() > 1) {
     pending = tp_.all_reduce_async(dxp, size_t(count), DType::f32);
@@ -66,7 +61,7 @@ void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r,
 void TensorParallelLinears::row_forward(float* y, const float* x_r, const float* W_r, const float* b,
                                         const LinearCall& c) {
   if (sequence_parallel_) {
-    float* p = sized(partial_, c.n * c.out);
+    float* p = partial_.at_least(size_t(c.n * c.out));
     observed_forward(c, p, x_r, W_r, nullptr);
     observed(c.observer, "comm.tp.reduce_scatter", 0,
              [&] { tp_reduce_scatter_tokens(tp_, p, y, c.n, c.out); });

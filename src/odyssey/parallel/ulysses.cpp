@@ -10,10 +10,6 @@
 namespace odyssey {
 namespace {
 
-void ensure(FloatBuffer& b, size_t n) {
-  if (b.size() < n) b.resize(n);
-}
-
 void copy(float* dst, const float* src, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
 }
@@ -84,8 +80,8 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
   const FusedQkv in{H, Hkv, D}, loc{Hl, Hkvl, D};
   const int64_t W = loc.width(), qkv_block = int64_t(B) * T * W, out_w = int64_t(Hl) * D,
                 out_block = int64_t(B) * T * out_w;
-  ensure(send_, size_t(U * qkv_block));
-  ensure(recv_, size_t(U * qkv_block));
+  send_.at_least(size_t(U * qkv_block));
+  recv_.at_least(size_t(U * qkv_block));
 
   // Q, K, V of rank j's heads for my tokens, packed into block j: one all-to-all for all three.
 #pragma omp parallel for collapse(3) schedule(static)
@@ -144,10 +140,10 @@ void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*o
             "Ulysses attention backward without the forward of this layer (B={}, T={}, H={}, D={})", B, T, H,
             D);
   const Saved& sv = *found;
-  ensure(send_, size_t(U * qkv_block));
-  ensure(recv_, size_t(U * qkv_block));
-  ensure(dout_h_, size_t(U * out_block));
-  ensure(dqkv_h_, size_t(U * qkv_block));
+  send_.at_least(size_t(U * qkv_block));
+  recv_.at_least(size_t(U * qkv_block));
+  dout_h_.at_least(size_t(U * out_block));
+  dqkv_h_.at_least(size_t(U * qkv_block));
 
   // dout: sequence-sharded -> head-sharded, as q went.
 #pragma omp parallel for collapse(3) schedule(static)

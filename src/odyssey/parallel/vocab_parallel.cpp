@@ -13,11 +13,6 @@ namespace odyssey {
 
 namespace {
 
-float* sized(FloatBuffer& b, int64_t n) {
-  if (b.size() < size_t(n)) b.resize(size_t(n));
-  return b.data();
-}
-
 void check_ids(const int* ids, int64_t n, int64_t V, const char* what) {
   for (int64_t j = 0; j < n; ++j)
     ODY_CHECK(ids[j] < V, "vocab-parallel {}: id {} of token {} is outside the vocabulary of {}", what,
@@ -57,7 +52,7 @@ void shard_stats(float* stats, const float* logits_r, const int* targets, const 
 std::pair<const float*, const float*> group_stats(Communicator& tp, const float* logits_r, const int* targets,
                                                   const VocabShard& s, int64_t n, FloatBuffer& scratch) {
   check_ids(targets, n, s.V, "cross-entropy target");
-  float* m = sized(scratch, 3 * n);
+  float* m = scratch.at_least(size_t(3 * n));
   float* stats = m + n;
   const int64_t R = s.rows, real = s.real;
 #pragma omp parallel for schedule(static)
@@ -95,7 +90,7 @@ void vocab_embedding_forward(Communicator& tp, float* e, const int* ids, const f
                              const VocabShard& s, int64_t n, int C, bool slice_tokens, FloatBuffer& scratch) {
   check_ids(ids, n, s.V, "embedding");
   if (slice_tokens) {
-    float* partial = sized(scratch, n * C);
+    float* partial = scratch.at_least(size_t(n * C));
     masked_lookup(partial, ids, E_r, s, n, C);
     tp_reduce_scatter_tokens(tp, partial, e, n, C);
   } else {
@@ -109,7 +104,7 @@ void vocab_embedding_backward(Communicator& tp, float* dE_r, const float* de, co
                               FloatBuffer& scratch) {
   const float* full = de;
   if (slice_tokens) {
-    float* g = sized(scratch, n * C);
+    float* g = scratch.at_least(size_t(n * C));
     tp_gather_tokens(tp, de, g, n, C);
     full = g;
   }
