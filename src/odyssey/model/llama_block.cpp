@@ -38,8 +38,7 @@ LlamaShape LlamaShape::of(const ModelConfig& c, int B, int T, int chunk, const T
             "when tp divides them, replicated when they divide tp)",
             K, t);
   ODY_CHECK(F % t == 0, "model.d_ff = {} does not split over parallel.tp = {}", F, t);
-  return {B,     T, c.d_model, H / t, K % t == 0 ? K / t : 1, c.head_dim(), F / t, float(c.rms_norm_eps),
-          chunk, tp};
+  return {B, T, c.d_model, H / t, K % t == 0 ? K / t : 1, c.head_dim(), F / t, float(c.rms_norm_eps), chunk};
 }
 
 // Under tensor parallelism a layer holds Rn = rows(N) residual-stream rows (all N, or the TP-SP

@@ -35,7 +35,6 @@ struct LlamaShape {
   int B, T, C, H, Hkv, D, F;
   float eps;
   int chunk = 0;
-  TpSplit tp;
   int N() const { return B * T; }
   int qkv_width() const { return (H + 2 * Hkv) * D; }
   // Fails naming model.n_head, model.n_kv_head or model.d_ff when the model does not split over tp.
