@@ -12,26 +12,27 @@ double flops(const LinearCall& c) {
   return 2.0 * double(c.n) * c.in * c.out;
 }
 
-std::string name(const char* kind, const LinearCall& c) {
-  return std::string(kind) + c.tag;
+// f observed as "<kind><tag>"; the name is built only when there is an observer (never in a plain step).
+template <typename F>
+void observed_gemm(const LinearCall& c, const char* kind, F&& f) {
+  if (!c.observer) return f();
+  observed(c.observer, (std::string(kind) + c.tag).c_str(), flops(c), f);
 }
 
 }  // namespace
 
 void observed_forward(const LinearCall& c, float* out, const float* inp, const float* weight,
                       const float* bias) {
-  observed(c.observer, name("gemm.fwd.", c).c_str(), flops(c),
-           [&] { linear_forward(out, inp, weight, bias, int(c.n), c.in, c.out); });
+  observed_gemm(c, "gemm.fwd.", [&] { linear_forward(out, inp, weight, bias, int(c.n), c.in, c.out); });
 }
 
 void observed_backward_input(const LinearCall& c, float* dinp, const float* dout, const float* weight) {
-  observed(c.observer, name("gemm.dinp.", c).c_str(), flops(c),
-           [&] { linear_backward_input(dinp, dout, weight, int(c.n), c.in, c.out); });
+  observed_gemm(c, "gemm.dinp.", [&] { linear_backward_input(dinp, dout, weight, int(c.n), c.in, c.out); });
 }
 
 void observed_backward_weight(const LinearCall& c, float* dweight, const float* dout, const float* inp) {
-  observed(c.observer, name("gemm.dweight.", c).c_str(), flops(c),
-           [&] { linear_backward_weight(dweight, dout, inp, int(c.n), c.in, c.out); });
+  observed_gemm(c, "gemm.dweight.",
+                [&] { linear_backward_weight(dweight, dout, inp, int(c.n), c.in, c.out); });
 }
 
 void observed_backward_bias(const LinearCall& c, float* dbias, const float* dout, int64_t rows) {
