@@ -35,7 +35,7 @@ namespace {
 std::unique_ptr<Stage> load_model(const std::string& path, CheckpointState* state_out) {
   std::string dir = resolve_checkpoint(path);
   CheckpointState state = read_checkpoint_manifest(dir);
-  auto model = architecture(state.model.arch).make_stage(state.model, StageRange{}, true);
+  auto model = architecture(state.model.arch).make_stage(state.model, StageRange{}, true, {});
   load_checkpoint(dir, model->table(), model->params(), nullptr, nullptr);
   if (state_out) *state_out = state;
   return model;
@@ -164,7 +164,7 @@ int cmd_export(const std::string& checkpoint, const std::string& to, const std::
 int cmd_import(const std::string& from, const std::string& input, const std::string& output) {
   const HfAdapter& adapter = hf_adapter_for_format(from, "--from");
   const ModelConfig config = adapter.read_config(input);
-  auto model = architecture(config.arch).make_stage(config, StageRange{}, true);
+  auto model = architecture(config.arch).make_stage(config, StageRange{}, true, {});
   adapter.import_weights(input, config, model->params());
   CheckpointState state;
   state.model = config;

@@ -36,7 +36,7 @@ Result run(const std::string& arch, const MemoryOptions& memory) {
   c.arch = arch;
   c.n_layer = 3, c.n_head = 5, c.d_model = 35, c.seq_len = 40, c.vocab_size = 67;
   if (arch == "llama") c.n_head = 4, c.n_kv_head = 2, c.d_model = 32, c.d_ff = 40;
-  auto stage = architecture(arch).make_stage(c, StageRange{}, true);
+  auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
   Stage& model = *stage;
   init_parameters(model.params(), model.table(), c, 11);
   model.set_memory(memory);

@@ -36,7 +36,7 @@ std::vector<ModelConfig> configs() {
 }
 
 std::unique_ptr<Stage> make(const ModelConfig& c, const StageRange& range, bool storage = true) {
-  return architecture(c.arch).make_stage(c, range, storage);
+  return architecture(c.arch).make_stage(c, range, storage, {});
 }
 
 void init(Stage& s, uint64_t seed) {

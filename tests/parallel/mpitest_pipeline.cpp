@@ -53,7 +53,7 @@ struct Data {
 };
 
 std::unique_ptr<Stage> make(const ModelConfig& c, const StageRange& r) {
-  auto s = architecture(c.arch).make_stage(c, r, true);
+  auto s = architecture(c.arch).make_stage(c, r, true, {});
   init_parameters(s->params(), s->table(), c, 9);
   std::fill(s->grads(), s->grads() + s->table().total(), 0.0f);
   return s;

@@ -44,7 +44,7 @@ ModelConfig tiny_config(const std::string& arch) {
 
 std::unique_ptr<Stage> random_model(uint64_t seed, const std::string& arch = "gpt2") {
   const ModelConfig c = tiny_config(arch);
-  auto model = architecture(arch).make_stage(c, StageRange{}, true);
+  auto model = architecture(arch).make_stage(c, StageRange{}, true, {});
   const auto& tensors = model->table().tensors();
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ParamInfo& p = tensors[t];

@@ -10,12 +10,14 @@ namespace odyssey {
 
 namespace {
 
-std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, const StageRange& range, bool allocate_storage) {
-  return std::make_unique<GPT2>(config, allocate_storage, range);
+std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, const StageRange& range, bool allocate_storage,
+                                 const TpPiece& tp) {
+  return std::make_unique<GPT2>(config, allocate_storage, range, tp);
 }
 
-std::unique_ptr<Stage> make_llama(const ModelConfig& config, const StageRange& range, bool allocate_storage) {
-  return std::make_unique<Llama>(config, allocate_storage, range);
+std::unique_ptr<Stage> make_llama(const ModelConfig& config, const StageRange& range, bool allocate_storage,
+                                  const TpPiece& tp) {
+  return std::make_unique<Llama>(config, allocate_storage, range, tp);
 }
 
 const Architecture kArchitectures[] = {

@@ -20,9 +20,9 @@ struct Architecture {
   // Its parameter table (names, shapes, units, decay, init kinds), of the whole model.
   ParamTable (*make_table)(const ModelConfig& config);
   // A stage holding the layers of range (StageRange{}: the whole model); allocate_storage=false: no
-  // full buffers (Stage::owns_storage).
+  // full buffers (Stage::owns_storage); tp: its tensor-parallel piece ({}: the whole tensors).
   std::unique_ptr<Stage> (*make_stage)(const ModelConfig& config, const StageRange& range,
-                                       bool allocate_storage);
+                                       bool allocate_storage, const TpPiece& tp);
   // Fills dense elements [begin, end) of the flat parameters deterministically from seed, independent of
   // any sharding (a range gives the values the whole-buffer fill gives there).
   void (*init)(float* params, const ParamTable& table, const ModelConfig& config, uint64_t seed,

@@ -19,23 +19,27 @@ int head_rows(int N, int head_chunk_tokens) {
 }  // namespace
 
 void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
-                               bool shared_qkv_, const MemoryOptions& memory) {
+                               bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
+                               int64_t vocab_rows) {
   const bool head = range_.head(c);
-  const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
+  const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && !kept.layers.empty())
+      kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
+      split.sequence_parallel == split_.sequence_parallel && !kept.layers.empty())
     return;
   B = B_;
   T = T_;
   range = range_;
+  split = split_;
   shared_qkv = shared_qkv_;
   head_chunk = chunk;
   layer_chunk = memory.chunk_tokens;
   kept.policy = memory.checkpoint;
-  const RowChunks rc{B * T, layer_chunk};
+  const size_t N = size_t(B) * T, C = c.d_model, R = size_t(split.rows(int64_t(N))), t = size_t(split.t);
+  const RowChunks rc{int(R), layer_chunk};
   kept.chunks = rc.count();
-  const size_t N = size_t(B) * T, C = c.d_model;
+  const size_t V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
   // none keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the
@@ -43,27 +47,27 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   // attention) and run one working layer whose token-local buffers hold one chunk.
   const int rows = rc.chunk_rows();
   for (Gpt2LayerActs& l : kept.layers) {
-    if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv);
-    if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true});
+    if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv, {}, split);
+    if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true}, split);
     if (!kept.recomputes_layers()) continue;
-    l.residual3.resize(N * C);
-    if (kept.keeps_attention()) l.atty.resize(N * C), l.lse.resize(size_t(B) * c.n_head * T);
+    l.residual3.resize(R * C);
+    if (kept.keeps_attention()) l.atty.resize(N * C / t), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
   kept.work = Gpt2LayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
-    kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false});
-  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false});
-  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk);
-  encoded.resize(range.embeddings() ? N * C : 0);
-  lnf.resize(head ? N * C : 0);
-  lnf_mean.resize(head ? N : 0);
-  lnf_rstd.resize(head ? N : 0);
-  logits.resize(size_t(head_chunk) * size_t(c.vocab_size));
+    kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
+  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false}, split);
+  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split);
+  encoded.resize(range.embeddings() ? R * C : 0);
+  lnf.resize(head ? R * C : 0);
+  lnf_mean.resize(head ? R : 0);
+  lnf_rstd.resize(head ? R : 0);
+  logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
   losses.resize(head ? N : 0);
   tokens.resize(N);
   targets.resize(N);
   positions.resize(N);
-  dres.resize(N * C);
+  dres.resize(R * C);
 }
 
 size_t Gpt2Activations::bytes() const {
@@ -75,43 +79,49 @@ size_t Gpt2Activations::bytes() const {
 }
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
-                                  bool shared_qkv, const MemoryOptions& memory) {
-  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers());
+                                  bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
+                                  int64_t vocab_rows) {
+  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()),
+               R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
+               V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // encoded (with the embeddings), lnf (with the head) and dres [N, C]; with the head, lnf stats and
-  // losses [N] and logits [chunk, V].
+  // encoded (with the embeddings), lnf (with the head) and dres [R, C]; with the head, lnf stats [R],
+  // losses [N] and logits [chunk G, rows(V)].
   const size_t floats =
-      N * C * (1 + range.embeddings() + head) +
-      (head ? 3 * N + size_t(head_rows(B * T, memory.head_chunk_tokens)) * size_t(c.vocab_size) : 0);
+      R * C * (1 + range.embeddings() + head) +
+      (head ? 2 * R + N + size_t(lm_head_block_rows(head_rows(int(R), memory.head_chunk_tokens), split)) * V
+            : 0);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, C] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
   // activations hold one row chunk (and which writes its output into the kept one).
-  const int rows = RowChunks{B * T, memory.chunk_tokens}.chunk_rows();
-  size_t layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv);
+  const int rows = RowChunks{int(R), memory.chunk_tokens}.chunk_rows();
+  size_t layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {}, split);
   if (memory.checkpoint == CheckpointPolicy::cheap)
-    layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}) +
-             Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false});
-  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false});
-  if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + work;
+    layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}, split) +
+             Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
+  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false}, split);
+  if (memory.checkpoint == CheckpointPolicy::full) layers = L * R * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
-    layers = L * (N * C + N * C + size_t(B) * c.n_head * T) * sizeof(float) + work;
-  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens) +
+    layers = L * (R * C + N * C / t + size_t(B) * c.n_head / t * T) * sizeof(float) + work;
+  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split) +
          floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
 
 // --- the model -----------------------------------------------------------------------------------
 
 namespace {
-// The configuration is checked before anything is sized from it.
-ParamTable checked_table(const ModelConfig& c, const StageRange& range) {
+// The configuration is checked before anything is sized from it; the table is cut for the piece.
+ParamTable checked_table(const ModelConfig& c, const StageRange& range, const TpPiece& tp) {
   c.validate();
-  return gpt2_stage_table(c, range.resolved(c));
+  const ParamTable table = gpt2_stage_table(c, range.resolved(c));
+  return tp.size > 1 ? table.tensor_parallel(tp.size, tp.rank) : table;
 }
 }  // namespace
 
-GPT2::GPT2(const ModelConfig& config, bool allocate_storage, const StageRange& range)
-    : LayerStage(config, range.resolved(config), checked_table(config, range), allocate_storage, true),
+GPT2::GPT2(const ModelConfig& config, bool allocate_storage, const StageRange& range, const TpPiece& tp)
+    : LayerStage(config, range.resolved(config), checked_table(config, range, tp), allocate_storage, true,
+                 tp),
       names_(table_, range_) {}
 
 std::unique_ptr<StageActivations> GPT2::make_activations() const {
@@ -134,31 +144,29 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   ODY_CHECK(emb || a.input,
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
-  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_);
+  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size));
   a.head_backward_done = false;
-  const int N = B * T, C = c.d_model;
+  const int N = B * T, C = c.d_model, R = int(split().rows(N));
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
   if (emb) {
     hooks_->before_forward(0);
-    observed(o, "embedding.fwd", 0, [&] {
-      embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.wte), w(*names_.wpe),
-                        N, C);
-    });
+    vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.wte),
+                              w(*names_.wpe), N, C, o);
     hooks_->after_forward(0);
   }
   const float* input = emb ? a.encoded.data() : a.input;
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l) {
-                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, local_linears(),
+                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, *linears_,
                                       a.scratch, shape(a), o);
                  });
   if (!has_head()) return;
   hooks_->before_forward(final_unit());
   observed(o, "layernorm.fwd", 0, [&] {
     layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.output(), w(*names_.lnf_w),
-                      w(*names_.lnf_b), N, C);
+                      w(*names_.lnf_b), R, C);
   });
   hooks_->after_forward(final_unit());
   // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
@@ -179,7 +187,7 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
 void GPT2::backward(StageActivations& acts) {
   const ModelConfig& c = config_;
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const int N = a.B * a.T, C = c.d_model;
+  const int N = a.B * a.T, C = c.d_model, R = int(split().rows(N));
   auto w = [this](const ParamInfo& t) { return param(t); };
   auto d = [this](const ParamInfo& t) { return grad(t); };
   OpObserver* o = observer_;
@@ -193,27 +201,25 @@ void GPT2::backward(StageActivations& acts) {
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "layernorm.bwd", 0, [&] {
       layernorm_backward(a.dres.data(), d(*names_.lnf_w), d(*names_.lnf_b), dln, a.output(), w(*names_.lnf_w),
-                         a.lnf_mean.data(), a.lnf_rstd.data(), N, C);
+                         a.lnf_mean.data(), a.lnf_rstd.data(), R, C);
     });
     hooks_->after_backward(final_unit());
   } else {
     ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",
               range_.layer_begin, range_.layer_end);
-    std::copy(a.output_grad, a.output_grad + size_t(N) * C, a.dres.data());
+    std::copy(a.output_grad, a.output_grad + size_t(R) * C, a.dres.data());
   }
   const float* input = emb ? a.encoded.data() : a.input;
   backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                   [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
                     gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                                        resolve_layer(names_.layer(l), d), *attention_, local_linears(),
-                                        a.scratch, shape(a), o, re);
+                                        resolve_layer(names_.layer(l), d), *attention_, *linears_, a.scratch,
+                                        shape(a), o, re);
                   });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
-  observed(o, "embedding.bwd", 0, [&] {
-    embedding_backward(d(*names_.wte), d(*names_.wpe), a.dres.data(), a.tokens.data(), a.positions.data(), N,
-                       C);
-  });
+  vocab_->embedding_backward(d(*names_.wte), d(*names_.wpe), a.dres.data(), a.tokens.data(),
+                             a.positions.data(), N, C, o);
   hooks_->after_backward(0);
 }
 
@@ -264,8 +270,8 @@ class Gpt2Decoder : public Decoder {
 }  // namespace
 
 std::unique_ptr<Decoder> GPT2::make_decoder(int max_tokens) const {
-  ODY_CHECK(range_ == StageRange{}.resolved(config_),
-            "incremental inference runs the whole model, not a stage");
+  ODY_CHECK(range_ == StageRange{}.resolved(config_) && tp_.size == 1,
+            "incremental inference runs the whole model, not a stage or a tensor-parallel piece");
   return std::make_unique<Gpt2Decoder>(*this, max_tokens);
 }
 

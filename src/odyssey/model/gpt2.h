@@ -40,26 +40,29 @@ namespace odyssey {
 struct Gpt2Activations : StageActivations {
   int B = 0, T = 0;
   StageRange range;                      // the layers held (resolved)
+  TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
-  IntBuffer tokens, targets, positions;  // [N]
-  FloatBuffer encoded;                   // [N, C]
+  IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
+  FloatBuffer encoded;                   // [R, C] (R = split.rows(N): all N or this rank's TP-SP slice)
   KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
-  FloatBuffer lnf, lnf_mean, lnf_rstd;   // [N, C], [N], [N]
-  FloatBuffer logits;               // [chunk, V]: one chunk of the LM head's logits (dlogits in training)
-  int head_chunk = 0;               // rows per LM-head chunk (N: one chunk)
-  int layer_chunk = 0;              // memory.chunk_tokens: rows per token-local chunk of a layer
+  FloatBuffer lnf, lnf_mean, lnf_rstd;   // [R, C], [R], [R]
+  FloatBuffer logits;   // [chunk G, rows(V)]: one chunk of the LM head's logits (dlogits in training)
+  int head_chunk = 0;   // rows per LM-head chunk (N: one chunk)
+  int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
   FloatBuffer losses;               // [N]
-  FloatBuffer dres;                 // [N, C] d(residual stream), carried down through the layers
+  FloatBuffer dres;                 // [R, C] d(residual stream), carried down through the layers
   Gpt2BlockScratch scratch;         // shared by the layers
 
   // For the layers of `range` (resolved) and, with the head, the final norm and logits.
+  // split: the layers' tensor-parallel split (rows of the logits block: vocab_rows).
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
-                const MemoryOptions& memory = {});
+                const MemoryOptions& memory = {}, const TpSplit& split = {}, int64_t vocab_rows = 0);
   size_t bytes() const override;
-  // What allocate(config, range, B, T, shared_qkv, memory) would hold, without allocating.
+  // What allocate(config, range, B, T, shared_qkv, memory, split, vocab_rows) would hold, without allocating.
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
-                          bool shared_qkv = false, const MemoryOptions& memory = {});
+                          bool shared_qkv = false, const MemoryOptions& memory = {},
+                          const TpSplit& split = {}, int64_t vocab_rows = 0);
 
   const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
@@ -69,8 +72,10 @@ using Activations = Gpt2Activations;
 class GPT2 : public LayerStage {
  public:
   // allocate_storage=false: no full parameter/gradient buffers (see Stage::owns_storage). range: the
-  // layers this stage holds (default: all, with the embeddings and the head).
-  explicit GPT2(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {});
+  // layers this stage holds (default: all, with the embeddings and the head). tp: the tensor-parallel
+  // piece held (default: whole tensors).
+  explicit GPT2(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {},
+                const TpPiece& tp = {});
 
   const Gpt2Params& names() const { return names_; }
 
@@ -85,8 +90,10 @@ class GPT2 : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
-           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), layers_saving_attention());
+    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
+                                      vocab_->rows(config_.vocab_size)) +
+           attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
+                                 layers_saving_attention());
   }
 
  private:

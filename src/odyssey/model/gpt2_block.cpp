@@ -81,7 +81,8 @@ void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_
   const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
   const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
   fit(qkv, shared_qkv ? N * 3 * C / t : 0);
-  fit(datty, b * N * C / t), fit(dqkv, b * N * 3 * C / t);
+  // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP).
+  fit(datty, b * std::max(N * C / t, Rn * C)), fit(dqkv, b * N * 3 * C / t);
   fit(dln, b * R * C), fit(dfch, b * R * G * 4 * C / t), fit(dfch_gelu, b * R * G * 4 * C / t);
 }
 
@@ -93,8 +94,8 @@ size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shar
                                    int chunk, const TpSplit& tp) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t);
   const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  return (N * C / t * ((shared_qkv ? 3 : 0) + (backward ? 1 + 3 : 0)) +
-          (backward ? R * C * (1 + G * 8 / t) : 0)) *
+  return (N * C / t * ((shared_qkv ? 3 : 0) + (backward ? 3 : 0)) +
+          (backward ? std::max(N * C / t, Rn * C) + R * C * (1 + G * 8 / t) : 0)) *
          sizeof(float);
 }
 

@@ -6,13 +6,23 @@
 
 namespace odyssey {
 
+namespace {
+// The key/value heads one rank's attention serves: its share of them, or the one head it holds when
+// tp exceeds them (replicated over tp / K ranks, tensor-pipeline-parallelism.md §1.8).
+int local_kv_heads(const ModelConfig& config, const TpPiece& tp) {
+  const int K = config.kv_heads();
+  return K % tp.size == 0 ? K / tp.size : 1;
+}
+}  // namespace
+
 LayerStage::LayerStage(const ModelConfig& config, const StageRange& range, ParamTable table,
-                       bool allocate_storage, bool tied_head)
+                       bool allocate_storage, bool tied_head, const TpPiece& tp)
     : config_(config),
       range_(range),
       table_(std::move(table)),
       tied_head_(tied_head),
-      local_attention_(config.kv_heads()) {
+      tp_(tp),
+      local_attention_(local_kv_heads(config, tp)) {
   const bool emb = range_.embeddings(), head = has_head();
   const bool head_in_unit0 = head && head_unit() != final_unit();
   if (emb) schedule_.push_back({0, true});
@@ -38,6 +48,17 @@ LayerStage::LayerStage(const ModelConfig& config, const StageRange& range, Param
 void LayerStage::set_unit_storage(int unit, float* params, float* grads) {
   unit_params_[size_t(unit)] = params;
   unit_grads_[size_t(unit)] = grads;
+}
+
+void LayerStage::set_tensor_parallel(LinearOps* linears, VocabOps* vocab) {
+  LinearOps* l = linears ? linears : &local_linears();
+  ODY_CHECK(l->tp() == tp_.size && l->tp_rank() == tp_.rank,
+            "stage: tensor-parallel ops of rank {} of {} for a stage holding piece {} of {} (parallel.tp)",
+            l->tp_rank(), l->tp(), tp_.rank, tp_.size);
+  ODY_CHECK((vocab != nullptr) == (linears != nullptr),
+            "stage: linear and vocabulary ops must be set together");
+  linears_ = l;
+  vocab_ = vocab ? vocab : &local_vocab();
 }
 
 void LayerStage::set_memory(const MemoryOptions& memory) {
@@ -77,7 +98,7 @@ double LayerStage::head_loss(const float* x, const ParamInfo* head_param, const 
     // accumulates chunk by chunk.
     hooks_->before_backward(head_unit());
     observed(observer_, "memset.act_grads", 0,
-             [&] { std::fill(dx, dx + size_t(N) * config_.d_model, 0.0f); });
+             [&] { std::fill(dx, dx + size_t(split().rows(N)) * config_.d_model, 0.0f); });
   }
   LmHeadArgs a;
   a.x = x;
@@ -89,7 +110,7 @@ double LayerStage::head_loss(const float* x, const ParamInfo* head_param, const 
   a.dw = train ? grad(head) : nullptr;
   a.N = N, a.C = config_.d_model, a.V = config_.vocab_size, a.chunk = chunk;
   a.dloss = dloss;
-  lm_head_loss(a, observer_);
+  lm_head_loss(a, *linears_, *vocab_, observer_);
   double sum = 0;
   int64_t n = 0;
   for (int i = 0; i < N; ++i)

@@ -44,19 +44,25 @@ class LayerStage : public Stage {
   void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }
   void set_observer(OpObserver* observer) override { observer_ = observer; }
+  void set_tensor_parallel(LinearOps* linears, VocabOps* vocab) override;
+  int64_t residual_rows(int64_t n) const override { return split().rows(n); }
   void set_memory(const MemoryOptions& memory) override;
   const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
   size_t attention_bytes() const override { return attention_->bytes(); }
 
  protected:
-  // config is validated and range resolved by the caller; table is the stage's (its units as above).
-  // tied_head: the LM head is the embedding matrix.
+  // config is validated and range resolved by the caller; table is the stage's (its units as above),
+  // cut for the tensor-parallel piece tp. tied_head: the LM head is the embedding matrix.
   LayerStage(const ModelConfig& config, const StageRange& range, ParamTable table, bool allocate_storage,
-             bool tied_head);
+             bool tied_head, const TpPiece& tp);
   LayerStage(const LayerStage&) = delete;
   LayerStage& operator=(const LayerStage&) = delete;
 
   bool has_head() const { return range_.head(config_); }
+  // How the layers are split over the tensor-parallel group, and the first of the group's tokens this
+  // rank's residual stream holds (under TP-SP its slice of n tokens).
+  TpSplit split() const { return linears_->split(); }
+  int64_t first_row(int64_t n) const { return split().sequence_parallel ? tp_.rank * split().rows(n) : 0; }
   int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
   int final_unit() const { return table_.num_units() - 1; }
   int head_unit() const { return tied_head_ && range_.embeddings() ? 0 : final_unit(); }
@@ -64,10 +70,11 @@ class LayerStage : public Stage {
   // positions, targets [B*T] (inputs are read only with the embeddings; targets null: none counted).
   void take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T, int* tokens,
                    int* token_positions, int* token_targets) const;
-  // The fused, chunked LM head and its loss (lm_head.h) over the final norm's output x [N, C] with the
-  // head matrix `head`: the sum of the counted tokens' losses, their count in *count; with dloss > 0
-  // also dx (zeroed first) and the head's gradient, its backward use beginning here (the hooks). head is
-  // null on a stage without the head (refused, naming the stage).
+  // The fused, chunked LM head and its loss (lm_head.h) over the final norm's output x [rows(N), C]
+  // with the head matrix `head`: the sum of the counted tokens' losses (all N of the tensor-parallel
+  // group), their count in *count; with dloss > 0 also dx (zeroed first) and the head's gradient, its
+  // backward use beginning here (the hooks). head is null on a stage without the head (refused, naming the
+  // stage).
   double head_loss(const float* x, const ParamInfo* head, const int* targets, float* losses, float* block,
                    int chunk, float* dx, int N, float dloss, int64_t* count);
 
@@ -84,6 +91,9 @@ class LayerStage : public Stage {
   FloatBuffer params_, grads_;
   std::vector<float*> unit_params_, unit_grads_;  // per unit: the storage of its range
   std::vector<UnitUse> schedule_;
+  TpPiece tp_;
+  LinearOps* linears_ = &local_linears();
+  VocabOps* vocab_ = &local_vocab();
   LocalAttention local_attention_;
   AttentionOp* attention_ = &local_attention_;
   LayerHooks no_hooks_;

@@ -22,32 +22,35 @@ namespace odyssey {
 struct LlamaActivations : StageActivations {
   int B = 0, T = 0;
   StageRange range;
+  TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
-  IntBuffer tokens, targets, positions;  // [N]
+  IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
-  FloatBuffer encoded;                   // [N, C] the token embeddings (with the embeddings)
-  KeptLayers<LlamaLayerActs> kept;       // per layer, as the checkpoint policy keeps them
-  FloatBuffer fn, fn_rstd;               // [N, C], [N] the final RMSNorm (with the head)
-  FloatBuffer logits;                    // [chunk, V]
+  FloatBuffer encoded;              // [R, C] the token embeddings (with the embeddings; R = split.rows(N))
+  KeptLayers<LlamaLayerActs> kept;  // per layer, as the checkpoint policy keeps them
+  FloatBuffer fn, fn_rstd;          // [R, C], [R] the final RMSNorm (with the head)
+  FloatBuffer logits;               // [chunk G, rows(V)]
   int head_chunk = 0;
   int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;
   FloatBuffer losses;  // [N]
-  FloatBuffer dres;    // [N, C]
+  FloatBuffer dres;    // [R, C]
   LlamaBlockScratch scratch;
 
+  // split and vocab_rows as Gpt2Activations'.
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
-                const MemoryOptions& memory);
+                const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0);
   size_t bytes() const override;
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
-                          const MemoryOptions& memory);
+                          const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0);
   const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
 };
 
 class Llama : public LayerStage {
  public:
-  explicit Llama(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {});
+  explicit Llama(const ModelConfig& config, bool allocate_storage = true, const StageRange& range = {},
+                 const TpPiece& tp = {});
 
   const LlamaParams& names() const { return names_; }
 
@@ -62,8 +65,10 @@ class Llama : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
-           attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), layers_saving_attention());
+    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
+                                       vocab_->rows(config_.vocab_size)) +
+           attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
+                                 layers_saving_attention());
   }
 
  private:

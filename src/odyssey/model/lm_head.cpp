@@ -4,30 +4,32 @@
 #include <cstddef>
 
 #include "odyssey/core/error.h"
-#include "odyssey/kernels/cross_entropy.h"
-#include "odyssey/kernels/linear.h"
 
 namespace odyssey {
 
-void lm_head_loss(const LmHeadArgs& a, OpObserver* o) {
+void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpObserver* o) {
   ODY_CHECK(a.chunk > 0, "LM head: chunk of {} rows", a.chunk);
   const bool train = a.dloss > 0;
-  const int C = a.C, V = a.V;
-  for (int r0 = 0; r0 < a.N; r0 += a.chunk) {
-    const int m = std::min(a.chunk, a.N - r0);
+  const int C = a.C;
+  const int64_t R = linears.rows(a.N), G = a.N / R, Vr = vocab.rows(a.V);
+  // Under TP-SP the gathered rows are rank q's rows [r0, r0 + m) of its slice: tokens q R + r0 + i.
+  std::vector<int> targets(G > 1 ? size_t(a.chunk * G) : 0);
+  std::vector<float> losses(targets.size());
+  for (int64_t r0 = 0; r0 < R; r0 += a.chunk) {
+    const int64_t m = std::min<int64_t>(a.chunk, R - r0), n = m * G;
     const float* x = a.x + size_t(r0) * C;
-    const double flops = 2.0 * m * double(C) * V;
-    observed(o, "gemm.fwd.lm_head", flops, [&] { linear_forward(a.block, x, a.w, nullptr, m, C, V); });
-    if (!train) {
-      observed(o, "cross_entropy.fwd", 0,
-               [&] { cross_entropy_forward(a.losses + r0, a.block, a.targets + r0, m, V); });
-      continue;
+    const int* t = a.targets + r0;
+    float* loss = a.losses + r0;
+    if (G > 1) {
+      for (int64_t k = 0; k < n; ++k) targets[size_t(k)] = a.targets[(k / m) * R + r0 + k % m];
+      t = targets.data(), loss = losses.data();
     }
-    observed(o, "cross_entropy.fwd_bwd", 0,
-             [&] { cross_entropy_forward_backward(a.block, a.losses + r0, a.targets + r0, m, V, a.dloss); });
-    observed(o, "gemm.dinp.lm_head", flops,
-             [&] { linear_backward_input(a.dx + size_t(r0) * C, a.block, a.w, m, C, V); });
-    observed(o, "gemm.dweight.lm_head", flops, [&] { linear_backward_weight(a.dw, a.block, x, m, C, V); });
+    const LinearCall call{n, C, int(Vr), "lm_head", o};
+    linears.column_forward(a.block, x, a.w, nullptr, call);
+    vocab.cross_entropy(loss, a.block, t, n, a.V, train ? a.dloss : 0.0f, o);
+    if (G > 1)
+      for (int64_t k = 0; k < n; ++k) a.losses[(k / m) * R + r0 + k % m] = losses[size_t(k)];
+    if (train) linears.column_backward(a.dx + size_t(r0) * C, a.dw, nullptr, a.block, x, a.w, call);
   }
 }
 

@@ -5,24 +5,39 @@
 //   dlogits = dloss (softmax - onehot);  dx [m, C] = dlogits W (accumulated);  dW += dlogits^T x.
 // Only one [chunk, V] block of logits exists. A chunk covering all N rows issues exactly the GEMMs of
 // the unchunked head, so it gives the same bits.
+//
+// The head is a column linear (the linear seam, linear_ops.h) followed by the vocabulary seam's
+// cross-entropy (vocab_ops.h), so under tensor parallelism it is Megatron's vocab-parallel head: each
+// rank holds W's rows of its vocabulary shard and its logit columns, and the loss is exact without
+// gathering [n, V]. Chunks count the residual rows this rank holds (R = rows(N)); under TP-SP a chunk
+// of m of them is gathered into t m tokens (rank q's m rows, in rank order) before the GEMM.
 #pragma once
 
+#include <vector>
+
+#include "odyssey/model/linear_ops.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/vocab_ops.h"
 
 namespace odyssey {
 
 struct LmHeadArgs {
-  const float* x;       // [N, C] the final norm's output
-  const float* w;       // [V, C] the head (GPT-2: the tied token embedding)
-  const int* targets;   // [N]; < 0: ignored (loss 0, gradient 0)
-  float* losses;        // [N] out
-  float* block;         // [chunk, V] scratch: the chunk's logits (dlogits in training)
-  float* dx = nullptr;  // [N, C] accumulated into (training)
-  float* dw = nullptr;  // [V, C] accumulated into (training)
+  const float* x;       // [R, C] the final norm's output
+  const float* w;       // [rows(V), C] the head (GPT-2: the tied token embedding)
+  const int* targets;   // [N] the group's tokens; < 0: ignored (loss 0, gradient 0)
+  float* losses;        // [N] out (every token of the group)
+  float* block;         // [chunk N / R, rows(V)] scratch: the chunk's logits (dlogits in training)
+  float* dx = nullptr;  // [R, C] accumulated into (training)
+  float* dw = nullptr;  // [rows(V), C] accumulated into (training)
   int N = 0, C = 0, V = 0, chunk = 0;
   float dloss = 0;  // each counted token's loss weight; 0: forward only
 };
 
-void lm_head_loss(const LmHeadArgs& a, OpObserver* observer);
+// Rows of the logits block for chunks of `chunk` residual rows: chunk x the tokens per residual row.
+inline int64_t lm_head_block_rows(int chunk, const TpSplit& split) {
+  return int64_t(chunk) * (split.sequence_parallel ? split.t : 1);
+}
+
+void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpObserver* observer);
 
 }  // namespace odyssey

@@ -21,8 +21,10 @@
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
 #include "odyssey/model/decoder.h"
+#include "odyssey/model/linear_ops.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/params.h"
+#include "odyssey/model/vocab_ops.h"
 
 namespace odyssey {
 
@@ -79,6 +81,14 @@ struct StageRange {
   bool operator==(const StageRange&) const = default;
 };
 
+// The tensor-parallel piece a stage holds: rank `rank` of `size` (tensor-pipeline-parallelism.md §1).
+// Its table is the whole stage's cut by ParamTable::tensor_parallel(size, rank); the ops it runs with
+// (set_tensor_parallel) span a group of that size.
+struct TpPiece {
+  int size = 1;
+  int rank = 0;
+};
+
 // What a stage keeps of one micro-batch between its forward and its backward (per architecture).
 //
 // Pipeline hand-offs are hidden states [B*T, C] that the caller owns and keeps valid until the stage's
@@ -120,6 +130,12 @@ class Stage {
   virtual void set_attention(AttentionOp* op) = 0;
   virtual void set_hooks(LayerHooks* hooks) = 0;
   virtual void set_observer(OpObserver* observer) = 0;
+  // How the stage's projections and vocabulary run: tensor-parallel ops over the group of its
+  // TpPiece (parallel/tp_linear.h, parallel/vocab_parallel.h). Null restores the local ones.
+  virtual void set_tensor_parallel(LinearOps* linears, VocabOps* vocab) = 0;
+  // Rows of the residual stream this rank holds of a micro-batch's n tokens (its hand-offs, [rows, C]):
+  // n, or under TP-SP its slice.
+  virtual int64_t residual_rows(int64_t n) const = 0;
   // How activations are kept (logits() needs head_chunk_tokens 0 or >= the micro-batch's tokens).
   virtual void set_memory(const MemoryOptions& memory) = 0;
 

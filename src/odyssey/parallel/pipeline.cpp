@@ -65,7 +65,7 @@ void PipelineRunner::forward(int stage_index, const PipelineMicroBatch& mb, floa
                              int64_t* counted) {
   const int S = shape_.stages(), P = shape_.P, chunk = shape_.chunk_of(stage_index);
   Stage& stage = *chunks_[size_t(chunk)];
-  const size_t hidden = size_t(mb.B) * mb.T * stage.config().d_model;
+  const size_t hidden = size_t(stage.residual_rows(int64_t(mb.B) * mb.T)) * stage.config().d_model;
   InFlight& f = slot(chunk, mb.index);
   if (stage_index > 0) {
     f.input.resize(hidden);
@@ -117,7 +117,7 @@ double PipelineRunner::run(const std::function<PipelineMicroBatch(int)>& micro_b
     }
     const int chunk = shape_.chunk_of(a.stage);
     Stage& stage = *chunks_[size_t(chunk)];
-    const size_t hidden = size_t(mb.B) * mb.T * stage.config().d_model;
+    const size_t hidden = size_t(stage.residual_rows(int64_t(mb.B) * mb.T)) * stage.config().d_model;
     InFlight& f = slot(chunk, a.mb);
     if (a.stage + 1 < S) {  // d(output) from the next stage
       f.out_grad.resize(hidden);

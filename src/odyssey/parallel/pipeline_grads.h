@@ -11,6 +11,11 @@
 
 namespace odyssey {
 
+// Sums the reduced gradients of the dense ranges `tensors` of the engine's table over `group`, in place
+// on every member (each member must hold the same element runs: the same table layout and ZeRO
+// partition). Collective over group.
+void sum_reduced_gradients(ZeroEngine& engine, const std::vector<Range>& tensors, Communicator& group);
+
 // Adds the tied copies' reduced gradients, in place on every member of embd: the ranks of the first
 // and last stage that hold the copy's elements (ZeRO 0: the two ranks with this rank's data-parallel
 // coordinates, each holding the whole gradient; ZeRO >= 1: both stages' whole data-parallel groups,
@@ -20,10 +25,11 @@ namespace odyssey {
 void sum_tied_gradient(ZeroEngine& engine, Range tensor, Communicator& embd);
 
 // sqrt of the sum of squares of every stage's reduced gradients: per engine over its data-parallel
-// shards, then over the pp group; skip[c] (may be empty) is a dense range of engine c left out (the
-// last stage's tied copy: the first stage counts it). The same on every rank. Collective over the
-// engines' groups and pp.
-double pipeline_grad_norm(const std::vector<ZeroEngine*>& engines, const std::vector<Range>& skip,
-                          Communicator& pp);
+// shards, then over each group of `across` in order (pp: the stages; tp: the tensor-parallel pieces);
+// skip[c] lists dense ranges of engine c left out (the last stage's tied copy: the first stage counts
+// it; a replicated tensor on all tp ranks but one). The same on every rank. Collective over the
+// engines' groups and `across`.
+double engines_grad_norm(const std::vector<ZeroEngine*>& engines, const std::vector<std::vector<Range>>& skip,
+                         const std::vector<Communicator*>& across);
 
 }  // namespace odyssey

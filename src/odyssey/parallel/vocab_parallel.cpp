@@ -142,4 +142,49 @@ void vp_cross_entropy_forward_backward(Communicator& tp, float* logits_to_dlogit
   }
 }
 
+VocabParallelOps::VocabParallelOps(Communicator& tp, int64_t V, bool sequence_parallel)
+    : tp_(tp), shard_(vocab_shard(tp, V)), sequence_parallel_(sequence_parallel) {}
+
+int64_t VocabParallelOps::rows(int64_t V) const {
+  ODY_CHECK(V == shard_.V, "vocab-parallel ops built for a vocabulary of {}, used with {}", shard_.V, V);
+  return shard_.rows;
+}
+
+void VocabParallelOps::embedding_forward(float* e, const int* ids, const int* positions, const float* E,
+                                         const float* P, int64_t n, int C, OpObserver* o) {
+  ODY_CHECK(!sequence_parallel_ || n % tp_.size() == 0,
+            "vocab-parallel embedding: {} tokens do not split over parallel.tp = {} (parallel.tp_sp)", n,
+            tp_.size());
+  observed(o, "embedding.fwd", 0, [&] {
+    vocab_embedding_forward(tp_, e, ids, E, shard_, n, C, sequence_parallel_, scratch_);
+    if (!P) return;
+    const int64_t r0 = first(n), R = held(n);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < R; ++i) accumulate(e + i * C, P + int64_t(positions[r0 + i]) * C, size_t(C));
+  });
+}
+
+void VocabParallelOps::embedding_backward(float* dE, float* dP, const float* de, const int* ids,
+                                          const int* positions, int64_t n, int C, OpObserver* o) {
+  observed(o, "embedding.bwd", 0, [&] {
+    vocab_embedding_backward(tp_, dE, de, ids, shard_, n, C, sequence_parallel_, scratch_);
+    if (!dP) return;
+    const int64_t r0 = first(n), R = held(n);
+    for (int64_t i = 0; i < R; ++i)  // serial: repeated positions add in token order
+      accumulate(dP + int64_t(positions[r0 + i]) * C, de + i * C, size_t(C));
+  });
+}
+
+void VocabParallelOps::cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V,
+                                     float dloss, OpObserver* o) {
+  ODY_CHECK(V == shard_.V, "vocab-parallel ops built for a vocabulary of {}, used with {}", shard_.V, V);
+  if (dloss > 0)
+    observed(o, "cross_entropy.fwd_bwd", 0, [&] {
+      vp_cross_entropy_forward_backward(tp_, logits, losses, targets, shard_, n, dloss, scratch_);
+    });
+  else
+    observed(o, "cross_entropy.fwd", 0,
+             [&] { vp_cross_entropy_forward(tp_, losses, logits, targets, shard_, n, scratch_); });
+}
+
 }  // namespace odyssey

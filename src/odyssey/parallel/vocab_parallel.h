@@ -11,6 +11,7 @@
 
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
+#include "odyssey/model/vocab_ops.h"
 
 namespace odyssey {
 
@@ -49,5 +50,33 @@ void vp_cross_entropy_forward(Communicator& tp, float* losses, const float* logi
 void vp_cross_entropy_forward_backward(Communicator& tp, float* logits_to_dlogits_r, float* losses,
                                        const int* targets, const VocabShard& s, int64_t n, float dloss,
                                        FloatBuffer& scratch);
+
+// The stage's vocabulary seam (model/vocab_ops.h) over a tensor-parallel group: the ops above, with
+// GPT-2's learned positions added to (and their gradient taken from) the tokens this rank's residual
+// stream holds. Under TP-SP those are its slice of n / t tokens, so the position gradient is a partial
+// sum the step adds over tp (wpe is replicated).
+class VocabParallelOps : public VocabOps {
+ public:
+  VocabParallelOps(Communicator& tp, int64_t V, bool sequence_parallel);
+
+  int64_t lo() const override { return shard_.lo; }
+  int64_t rows(int64_t V) const override;
+  void embedding_forward(float* e, const int* ids, const int* positions, const float* E, const float* P,
+                         int64_t n, int C, OpObserver* o) override;
+  void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
+                          int64_t n, int C, OpObserver* o) override;
+  void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V, float dloss,
+                     OpObserver* o) override;
+
+ private:
+  // This rank's first token and token count of a group's n.
+  int64_t first(int64_t n) const { return sequence_parallel_ ? tp_.rank() * (n / tp_.size()) : 0; }
+  int64_t held(int64_t n) const { return sequence_parallel_ ? n / tp_.size() : n; }
+
+  Communicator& tp_;
+  VocabShard shard_;
+  bool sequence_parallel_;
+  FloatBuffer scratch_;
+};
 
 }  // namespace odyssey

@@ -9,6 +9,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 #include "odyssey/data/tokenizer.h"
+#include "odyssey/model/params.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/sequence_shard.h"
 #include "odyssey/parallel/ulysses.h"
@@ -188,6 +189,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
       ODY_ENUM_KEY("parallel.sp_ring_layout", parallel.sp_ring_layout, kRingLayoutNames),
       ODY_KEY("parallel.tp", int, parallel.tp),
+      ODY_KEY("parallel.tp_sp", bool, parallel.tp_sp),
       ODY_KEY("parallel.pp", int, parallel.pp),
       ODY_ENUM_KEY("parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames),
       ODY_KEY("parallel.pp_virtual", int, parallel.pp_virtual),
@@ -314,17 +316,28 @@ void RunConfig::validate(int world_size) const {
             p.dp, p.sp_ulysses, p.sp_ring, p.tp, p.pp, world_size);
   ODY_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             p.zero_stage);
-  ODY_CHECK(p.tp == 1, "parallel.tp ({}): tensor parallelism is not available in this build", p.tp);
+  if (p.tp > 1) {
+    // Every tensor must split over tp (heads, widths; the table names the tensor and the key), and
+    // under TP-SP each micro-batch's tokens on a rank into tp slices.
+    (void)ParamTable(model).tensor_parallel(p.tp, 0);
+    const int64_t tokens = int64_t(t.micro_batch) * seq_len() / (p.sp_ulysses * p.sp_ring);
+    ODY_CHECK(!p.tp_sp || tokens % p.tp == 0,
+              "parallel.tp_sp: a micro-batch's {} tokens per rank (train.micro_batch x train.seq_len / "
+              "sequence parallelism) do not split over parallel.tp = {}",
+              tokens, p.tp);
+  }
   if (p.sp_ulysses * p.sp_ring > 1) {
-    // The sequence split and the head split must work for this model, before any work starts.
+    // The sequence split and the head split (of the heads a tp rank holds) must work for this model,
+    // before any work starts.
+    const int kv = model.kv_heads() % p.tp == 0 ? model.kv_heads() / p.tp : 1;
     try {
       check_sequence_shard(seq_len(), {p.sp_ulysses, p.sp_ring, 0, 0, p.sp_ring_layout});
-      UlyssesHeads(model.n_head, model.kv_heads(), p.sp_ulysses);
+      UlyssesHeads(model.n_head / p.tp, kv, p.sp_ulysses);
     } catch (const Error& e) {
       fail(
-          "parallel.sp_ulysses ({}) x parallel.sp_ring ({}) with train.seq_len {}, model.n_head {} and "
-          "model.n_kv_head {}: {}",
-          p.sp_ulysses, p.sp_ring, seq_len(), model.n_head, model.kv_heads(), e.what());
+          "parallel.sp_ulysses ({}) x parallel.sp_ring ({}) with train.seq_len {}, model.n_head {}, "
+          "model.n_kv_head {} and parallel.tp {}: {}",
+          p.sp_ulysses, p.sp_ring, seq_len(), model.n_head, model.kv_heads(), p.tp, e.what());
     }
   }
   ODY_CHECK(p.ranks_per_node >= 0, "parallel.ranks_per_node must be >= 0, got {}", p.ranks_per_node);

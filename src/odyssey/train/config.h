@@ -52,6 +52,10 @@ struct TrainConfig {
 struct ParallelConfig {
   int dp = 0;  // 0: derived from the world size
   int sp_ulysses = 1, sp_ring = 1, tp = 1, pp = 1;
+  // Megatron sequence parallelism under tp > 1 (tensor-pipeline-parallelism.md §1.7): norms and
+  // residuals on token slices, all-gather before the column-parallel GEMMs, reduce-scatter after the
+  // row-parallel ones.
+  bool tp_sp = true;
   RingLayout sp_ring_layout = RingLayout::zigzag;  // token order across ring ranks
   int zero_stage = 0;
   int ranks_per_node = 0;  // 0: as MPI reports

@@ -1,5 +1,6 @@
 #include "odyssey/train/train_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -45,8 +46,11 @@ StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, 
   }
   StepResult r;
   r.loss = global_mean_loss(loss_group, local);
-  observed(observer, "optim.grad_norm", 0,
-           [&] { r.grad_norm = global_grad_norm({engine.grad_norm_part()}); });
+  if (settings.tp) settings.tp->sum(engine);
+  observed(observer, "optim.grad_norm", 0, [&] {
+    r.grad_norm = settings.tp ? engines_grad_norm({&engine}, {settings.tp->norm_skip}, {settings.tp->tp})
+                              : global_grad_norm({engine.grad_norm_part()});
+  });
   update(r, {&engine}, settings, step, lr, observer);
   return r;
 }
@@ -71,9 +75,19 @@ StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss
       settings.dloss, &local.count);
   for (size_t c = 0; c < pipe.engines.size(); ++c)
     if (!pipe.tied[c].empty()) sum_tied_gradient(*pipe.engines[c], pipe.tied[c], *pipe.embd);
+  // Per chunk: the tied copy and, under tensor parallelism, the replicated tensors on all tp ranks but one.
+  std::vector<std::vector<Range>> skip(pipe.engines.size());
+  for (size_t c = 0; c < pipe.engines.size(); ++c) {
+    if (!pipe.tp.empty()) {
+      pipe.tp[c].sum(*pipe.engines[c]);
+      skip[c] = pipe.tp[c].norm_skip;
+    }
+    skip[c].push_back(pipe.norm_skip[c]);
+    std::sort(skip[c].begin(), skip[c].end(), [](Range a, Range b) { return a.begin < b.begin; });
+  }
   StepResult r;
   r.loss = global_mean_loss(loss_group, local, pipe.pp);
-  r.grad_norm = pipeline_grad_norm(pipe.engines, pipe.norm_skip, *pipe.pp);
+  r.grad_norm = engines_grad_norm(pipe.engines, skip, {pipe.pp, pipe.tp.empty() ? nullptr : pipe.tp[0].tp});
   r.pp_wait_ms = pipe.runner->wait_seconds() * 1e3;
   r.pp_compute_ms = pipe.runner->compute_seconds() * 1e3;
   r.pp_run_ms = pipe.runner->run_seconds() * 1e3;

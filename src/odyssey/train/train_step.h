@@ -11,6 +11,7 @@
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/parallel/pipeline.h"
+#include "odyssey/parallel/tp_grads.h"
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/micro_batches.h"
 
@@ -20,6 +21,9 @@ struct StepSettings {
   int micro_steps = 1;  // micro-steps per optimizer step on each rank
   float dloss = 0;      // each token's loss weight: 1 / tokens in the global batch
   float grad_clip = 0;  // maximum global gradient norm (<= 0: no clipping)
+  // Tensor parallelism: its gradient sums and what the norm leaves out (null: none; the pipeline step
+  // takes one per chunk in PipelineStep::tp).
+  const TpGradients* tp = nullptr;
 };
 
 struct StepResult {
@@ -47,11 +51,12 @@ struct PipelineStep {
   Communicator* embd = nullptr;      // the tied copies' group (null: no tied copy on this rank)
   std::vector<Range> tied;           // per chunk: the tied copy's dense range (empty: none)
   std::vector<Range> norm_skip;      // per chunk: left out of the norm (the last stage's tied copy)
+  std::vector<TpGradients> tp;       // per chunk under tensor parallelism (empty: none)
 };
 
 // The same step through the pipeline: the step's micro-batches run by the runner's schedule (each
 // backward one micro-step of its chunk's engine), then the tied copies summed over embd, the loss over
-// loss_group and pp, the norm over every stage (pipeline_grad_norm), clipping and every engine's update.
+// loss_group and pp, the norm over every stage (engines_grad_norm), clipping and every engine's update.
 StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
                       const StepSettings& settings, int64_t step, float lr);
 

@@ -25,7 +25,10 @@
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/parallel/sequence_shard.h"
+#include "odyssey/parallel/tp_grads.h"
+#include "odyssey/parallel/tp_linear.h"
 #include "odyssey/parallel/usp_attention.h"
+#include "odyssey/parallel/vocab_parallel.h"
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/batch_loader.h"
 #include "odyssey/train/evaluate.h"
@@ -101,16 +104,18 @@ ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
 // sequence over sp. Weights are replicated over dp x sp, so their gradients are summed, and ZeRO
 // shards, over dp_sp (= dp without sequence parallelism); stages differ over pp.
 // A model too large for the host is refused before its allocation fails (also under --dry-run).
-// A pipeline rank holds only its stages: the check takes the largest rank's share (the same on every
-// rank, so all refuse alike).
+// A pipeline rank holds only its stages, a tensor-parallel rank its pieces: the check takes the
+// largest rank's share (the same on every rank, so all refuse alike).
 void check_model_fits(const RunConfig& c, const Architecture& arch,
                       const std::vector<std::pair<int, int>>& ranges, int replicas, Communicator& world) {
   int64_t per_rank = 0;
-  if (c.parallel.pp > 1) {
+  if (c.parallel.pp > 1 || c.parallel.tp > 1) {
     std::vector<int64_t> held(size_t(c.parallel.pp), 0);
     for (size_t s = 0; s < ranges.size(); ++s)
-      held[s % held.size()] +=
-          arch.make_stage(c.model, StageRange{ranges[s].first, ranges[s].second}, false)->table().total();
+      held[s % held.size()] += arch.make_stage(c.model, StageRange{ranges[s].first, ranges[s].second}, false,
+                                               TpPiece{c.parallel.tp, 0})
+                                   ->table()
+                                   .total();
     per_rank = *std::max_element(held.begin(), held.end());
   }
   check_model_state(c.model, c.parallel.zero_stage, replicas, host_layout(world).local_size,
@@ -139,6 +144,12 @@ struct Run {
   SequenceShard shard;
   std::unique_ptr<TokenDataset> train_data, val_data;
   std::string auto_note;  // which policy memory.checkpoint = auto picked, and why (logged at start)
+  // Tensor parallelism (parallel.tp > 1): the stages' linear and vocabulary ops over the tp group, the
+  // kv group (replicated key/value heads), and each stage's gradient plan.
+  std::unique_ptr<TensorParallelLinears> tp_linears;
+  std::unique_ptr<VocabParallelOps> tp_vocab;
+  std::unique_ptr<Communicator> kv_group;
+  std::vector<TpGradients> tp_grads;
   // Pipeline parallelism (parallel.pp > 1).
   PipelineShape shape;
   std::unique_ptr<PipelineRunner> pipeline;
@@ -157,9 +168,23 @@ struct Run {
         optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}) {
     check_model_fits(c, arch, ranges, replicas.size(), w);
     const int P = c.parallel.pp, v = P > 1 ? c.parallel.pp_virtual : 1;
+    Communicator& tp = grid.tp();
+    if (tp.size() > 1) {
+      tp_linears = std::make_unique<TensorParallelLinears>(tp, c.parallel.tp_sp);
+      tp_vocab = std::make_unique<VocabParallelOps>(tp, c.model.vocab_size, c.parallel.tp_sp);
+      // Collective over the world: every rank takes part, those without a replicated head with -1.
+      const int color =
+          kv_group_color(c.model.kv_heads(), tp.size(), tp.rank(), grid.members(GridGroup::tp)[0]);
+      kv_group = w.split(color, w.rank(), "tp_kv", grid.num_nodes() == 1);
+    }
     for (int chunk = 0; chunk < v; ++chunk) {
       const auto [begin, end] = ranges[size_t(chunk * P + grid.coords().pp)];
-      models.push_back(arch.make_stage(c.model, StageRange{begin, end}, false));
+      models.push_back(
+          arch.make_stage(c.model, StageRange{begin, end}, false, TpPiece{tp.size(), tp.rank()}));
+      if (tp.size() > 1) {
+        models.back()->set_tensor_parallel(tp_linears.get(), tp_vocab.get());
+        tp_grads.push_back(TpGradients::plan(models.back()->table(), tp, kv_group.get(), c.parallel.tp_sp));
+      }
     }
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
@@ -172,7 +197,8 @@ struct Run {
     if (grid.sp().size() > 1) {
       SpAttentionOptions so;
       so.layout = c.parallel.sp_ring_layout;
-      so.n_kv_head = c.model.kv_heads();
+      // The key/value heads of this tp rank (its share, or the one it holds when they are replicated).
+      so.n_kv_head = c.model.kv_heads() % tp.size() == 0 ? c.model.kv_heads() / tp.size() : 1;
       sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
       for (auto& model : models) model->set_attention(sp_attention.get());
       shard = sp_attention->shard();
@@ -196,11 +222,12 @@ struct Run {
     pipe.runner = pipeline.get();
     pipe.pp = &grid.pp();
     for (auto& engine : engines) pipe.engines.push_back(engine.get());
+    pipe.tp = tp_grads;
     pipeline->set_engines(pipe.engines);
     // The tied tensor's name: in the last stage's table, from the whole model's embeddings unit.
     const ParamTable whole(config.model);
     const auto [lb, le] = ranges.back();
-    const ParamTable last = arch.make_stage(config.model, StageRange{lb, le}, false)->table();
+    const ParamTable last = arch.make_stage(config.model, StageRange{lb, le}, false, {})->table();
     std::string tied;
     for (const ParamInfo& t : last.tensors())
       if (whole.find(t.name).unit == 0) tied = t.name;
@@ -214,7 +241,10 @@ struct Run {
     }
     if (tied.empty()) return;
     // Members: pp 0 and P - 1 (the first and last stage's ranks); ZeRO 0 one pair per dp x sp position.
-    const int color = !holder ? -1 : config.parallel.zero_stage == 0 ? replicas.rank() : 0;
+    // Under tensor parallelism the copies pair up piece by piece: one group per tp rank.
+    const int color = !holder ? -1
+                              : (config.parallel.zero_stage == 0 ? replicas.rank() : 0) * grid.tp().size() +
+                                    grid.tp().rank();
     embd = world.split(color, world.rank(), "embd", grid.num_nodes() == 1);
     if (embd) pipe.embd = embd.get();
   }
@@ -524,6 +554,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   step_settings.micro_steps = tc.global_batch / (tc.micro_batch * ranks);
   step_settings.dloss = 1.0f / float(int64_t(tc.global_batch) * T);
   step_settings.grad_clip = tc.grad_clip;
+  step_settings.tp = run.tp_grads.empty() || run.pipeline ? nullptr : &run.tp_grads.front();
   double total_tokens_per_s = 0;
   int64_t steps_run = 0;
   StopSignals stop_signals;

@@ -1,0 +1,103 @@
+# Tensor parallelism end to end (tensor-pipeline-parallelism.md §1, §4): GPT-2 (tied, a vocabulary of
+# 257 that tp 2 and 4 must pad) and Llama (GQA: 4 heads, 2 key/value heads, replicated at tp 4), 10
+# steps at tp 2 and 4 with Megatron sequence parallelism (the default) and without it, tp2 x dp2 under
+# ZeRO-1 and ZeRO-3, tp2 x Ulysses 2, tp2 x ring 2 and tp2 x pp2: every step's loss and the validation
+# loss within relative 1e-5 of the single process. The metrics carry the tp group's bytes; the memory
+# check counts a rank's pieces; impossible layouts are refused naming the key.
+source "$(dirname "$0")/common.sh" "$@"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+make_shards "$WORK/data"
+write_config() {  # write_config ARCH: $WORK/ARCH.toml
+  local model
+  if [ "$1" = gpt2 ]; then
+    model='arch = "gpt2"
+n_head = 4
+d_model = 40'
+  else
+    model='arch = "llama"
+n_head = 4
+n_kv_head = 2
+d_model = 40
+d_ff = 72
+rms_norm_eps = 1e-5'
+  fi
+  cat >"$WORK/$1.toml" <<TOML
+[model]
+$model
+n_layer = 3
+seq_len = 32
+vocab_size = 257
+[data]
+train = "$WORK/data/shards/train_*.bin"
+val = "$WORK/data/shards/val_*.bin"
+[train]
+steps = 10
+global_batch = 8
+micro_batch = 2
+lr = 1e-3
+warmup_steps = 2
+eval_rows = 8
+threads = 1
+grad_clip = 1.0
+TOML
+}
+val_loss() { grep -oE '"val_loss":[^,}]*' "$WORK/$1/metrics.jsonl" | tail -n 1 | cut -d: -f2; }
+norms() { grep -oE '"grad_norm":[^,}]*' "$WORK/$1/metrics.jsonl" | cut -d: -f2; }
+close() {  # close A B: within relative 1e-5
+  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-5 * (a < 0 ? -a : a)) }'
+}
+compare_all() {  # compare_all NAME REF: the step losses, gradient norms and the final validation loss
+  compare "$1" "$2"
+  if paste -d' ' <(norms "$2") <(norms "$1") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4 * $1) bad = 1; n++ } END { exit (bad || n != 10) }'; then
+    echo "ok: $1 gradient norms match"
+  else
+    fail "$1: gradient norms differ from $2's: $(paste <(norms "$2") <(norms "$1") | head -3 | tr '\n' ' ')"
+  fi
+  close "$(val_loss "$2")" "$(val_loss "$1")" && echo "ok: $1 validation loss matches" ||
+    fail "$1: validation loss $(val_loss "$1") vs $(val_loss "$2")"
+}
+
+for arch in gpt2 llama; do
+  write_config $arch
+  cfg="$WORK/$arch.toml"
+  run ${arch}_ref 1
+  run ${arch}_tp2 2 --set parallel.tp=2
+  compare_all ${arch}_tp2 ${arch}_ref
+  run ${arch}_tp2_nosp 2 --set parallel.tp=2 --set parallel.tp_sp=false
+  compare_all ${arch}_tp2_nosp ${arch}_ref
+  run ${arch}_tp4 4 --set parallel.tp=4
+  compare_all ${arch}_tp4 ${arch}_ref
+  run ${arch}_tp4_nosp 4 --set parallel.tp=4 --set parallel.tp_sp=false
+  compare_all ${arch}_tp4_nosp ${arch}_ref
+  for zero in 1 3; do
+    run ${arch}_tp2_dp2_z$zero 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=$zero
+    compare_all ${arch}_tp2_dp2_z$zero ${arch}_ref
+  done
+  run ${arch}_tp2_ulysses2 4 --set parallel.tp=2 --set parallel.sp_ulysses=2
+  compare_all ${arch}_tp2_ulysses2 ${arch}_ref
+  run ${arch}_tp2_ring2 4 --set parallel.tp=2 --set parallel.sp_ring=2
+  compare_all ${arch}_tp2_ring2 ${arch}_ref
+  run ${arch}_tp2_pp2 4 --set parallel.tp=2 --set parallel.pp=2
+  compare_all ${arch}_tp2_pp2 ${arch}_ref
+done
+
+# The metrics carry the tp group's traffic, and a tp rank holds about half the weights.
+grep -q '"tp":{"bytes":[1-9]' "$WORK/gpt2_tp2/metrics.jsonl" && echo "ok: comm.by_group has tp bytes" ||
+  fail "no tp bytes in comm.by_group: $(head -c 300 "$WORK/gpt2_tp2/metrics.jsonl")"
+p1=$(grep -oE 'params [0-9.]+ MB' "$WORK/gpt2_ref.log" | head -1 | grep -oE '[0-9.]+')
+p2=$(grep -oE 'params [0-9.]+ MB' "$WORK/gpt2_tp2.log" | head -1 | grep -oE '[0-9.]+')
+awk -v a="$p1" -v b="$p2" 'BEGIN { exit !(b < 0.7 * a) }' && echo "ok: tp2 holds $p2 MB of $p1 MB of weights" ||
+  fail "tp2 weights per rank $p2 MB vs $p1 MB"
+
+# Impossible layouts are refused by key, before any work.
+cfg="$WORK/gpt2.toml"
+expect_error "heads do not split" "parallel.tp" mpirun -np 3 --oversubscribe "$ODYSSEY" train --config "$cfg" \
+  --set parallel.tp=3 --set "checkpoint.dir=$WORK/bad1"
+expect_error "tokens do not split under tp_sp" "parallel.tp_sp" mpirun -np 4 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=4 --set model.n_head=8 --set train.micro_batch=1 --set model.seq_len=30 \
+  --set train.global_batch=4 --set "checkpoint.dir=$WORK/bad2"
+expect_error "heads do not split over tp x ulysses" "sp_ulysses" mpirun -np 4 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=2 --set parallel.sp_ulysses=2 --set model.n_head=2 --set model.d_model=20 \
+  --set "checkpoint.dir=$WORK/bad3"
+finish
