@@ -19,17 +19,19 @@ int head_rows(int N, int head_chunk_tokens) {
 }  // namespace
 
 void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
-                               bool shared_qkv_, const MemoryOptions& memory) {
+                               bool shared_qkv_, const MemoryOptions& memory, bool query_chunks_) {
   const bool head = range_.head(c);
   const int chunk = head ? head_rows(B_ * T_, memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && !kept.layers.empty())
+      kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens &&
+      query_chunks == query_chunks_ && !kept.layers.empty())
     return;
   B = B_;
   T = T_;
   range = range_;
   shared_qkv = shared_qkv_;
+  query_chunks = query_chunks_;
   head_chunk = chunk;
   layer_chunk = memory.chunk_tokens;
   kept.policy = memory.checkpoint;
@@ -40,7 +42,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   kept.layers.resize(size_t(range.layers()));
   // none keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the
   // working layer one chunk at a time; keep_attention and full keep a layer's output (and its
-  // attention) and run one working layer whose token-local buffers hold one chunk.
+  // attention) and run one working layer whose token-local buffers hold one chunk (with query chunks
+  // also its qkv, beside the K/V prefix, and under full its attention output and lse).
   const int rows = rc.chunk_rows();
   for (Gpt2LayerActs& l : kept.layers) {
     if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv);
@@ -52,8 +55,9 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   kept.work = Gpt2LayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false});
-  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false});
-  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk);
+  if (kept.recomputes_layers())
+    kept.work.allocate(c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks));
+  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, {}, query_chunks);
   encoded.resize(range.embeddings() ? N * C : 0);
   lnf.resize(head ? N * C : 0);
   lnf_mean.resize(head ? N : 0);
@@ -75,7 +79,7 @@ size_t Gpt2Activations::bytes() const {
 }
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
-                                  bool shared_qkv, const MemoryOptions& memory) {
+                                  bool shared_qkv, const MemoryOptions& memory, bool query_chunks) {
   const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers());
   const bool head = range.head(c);
   // encoded (with the embeddings), lnf (with the head) and dres [N, C]; with the head, lnf stats and
@@ -92,11 +96,13 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   if (memory.checkpoint == CheckpointPolicy::cheap)
     layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}) +
              Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false});
-  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false});
+  const size_t work =
+      Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks));
   if (memory.checkpoint == CheckpointPolicy::full) layers = L * N * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = L * (N * C + N * C + size_t(B) * c.n_head * T) * sizeof(float) + work;
-  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens) +
+  return layers +
+         Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, {}, query_chunks) +
          floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
 
@@ -134,7 +140,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   ODY_CHECK(emb || a.input,
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
-  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_);
+  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, attention_->chunks_queries());
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model;
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
@@ -171,7 +177,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
   const double sum = head_loss(a.lnf.data(), names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
-                               a.head_chunk, a.scratch.datty.data(), a.B * a.T, dloss, count);
+                               a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -188,7 +194,7 @@ void GPT2::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dln = a.scratch.datty.data();  // d(lnf), from loss()
+    const float* dln = a.scratch.head_grad();  // d(lnf), from loss()
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "layernorm.bwd", 0, [&] {

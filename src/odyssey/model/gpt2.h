@@ -41,6 +41,7 @@ struct Gpt2Activations : StageActivations {
   int B = 0, T = 0;
   StageRange range;                      // the layers held (resolved)
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  bool query_chunks = false;             // the attention runs per query chunk (gpt2_block.h)
   IntBuffer tokens, targets, positions;  // [N]
   FloatBuffer encoded;                   // [N, C]
   KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
@@ -55,11 +56,12 @@ struct Gpt2Activations : StageActivations {
 
   // For the layers of `range` (resolved) and, with the head, the final norm and logits.
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
-                const MemoryOptions& memory = {});
+                const MemoryOptions& memory = {}, bool query_chunks = false);
   size_t bytes() const override;
-  // What allocate(config, range, B, T, shared_qkv, memory) would hold, without allocating.
+  // What allocate(config, range, B, T, shared_qkv, memory, query_chunks) would hold, without allocating.
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
-                          bool shared_qkv = false, const MemoryOptions& memory = {});
+                          bool shared_qkv = false, const MemoryOptions& memory = {},
+                          bool query_chunks = false);
 
   const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
@@ -85,13 +87,14 @@ class GPT2 : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
+    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_,
+                                      attention_->chunks_queries()) +
            attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), layers_saving_attention());
   }
 
  private:
   BlockShape shape(const Gpt2Activations& a) const {
-    return {a.B, a.T, config_.d_model, config_.n_head, a.layer_chunk};
+    return {a.B, a.T, config_.d_model, config_.n_head, a.layer_chunk, a.query_chunks};
   }
 
   Gpt2Params names_;  // views into table_

@@ -23,6 +23,7 @@ struct LlamaActivations : StageActivations {
   int B = 0, T = 0;
   StageRange range;
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  bool query_chunks = false;             // the attention runs per query chunk (llama_block.h)
   IntBuffer tokens, targets, positions;  // [N]
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
   FloatBuffer encoded;                   // [N, C] the token embeddings (with the embeddings)
@@ -37,10 +38,10 @@ struct LlamaActivations : StageActivations {
   LlamaBlockScratch scratch;
 
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
-                const MemoryOptions& memory);
+                const MemoryOptions& memory, bool query_chunks = false);
   size_t bytes() const override;
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
-                          const MemoryOptions& memory);
+                          const MemoryOptions& memory, bool query_chunks = false);
   const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
 };
@@ -62,7 +63,8 @@ class Llama : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_) +
+    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_,
+                                       attention_->chunks_queries()) +
            attention_->bytes_for(B, T, config_.n_head, config_.head_dim(), layers_saving_attention());
   }
 
