@@ -52,10 +52,6 @@ void LocalAttention::backward(float* dqkv, const float* dout, const float* out, 
                      {B, T, T, H, f.Hkv, D}, {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
 }
 
-}  // namespace odyssey
-
-namespace odyssey {
-
 // Each piece: its m queries at positions [t0, t0 + m) against keys [0, t0 + m) of its sequence, as one
 // sequence (B = 1) of the kernel.
 void LocalAttention::forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T,
