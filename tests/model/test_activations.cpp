@@ -1,6 +1,6 @@
 // Activations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
 // shapes that differ in every dimension the formula uses, for every checkpoint policy and layer chunk,
-// GPT-2 and Llama.
+// the attention whole or per query chunk, GPT-2 and Llama.
 #include <gtest/gtest.h>
 #include <vector>
 
@@ -32,24 +32,26 @@ TEST(Activations, BytesForMatchesAllocate) {
       for (int head_chunk : {0, 1, 64, 100000})
         for (int chunk : {0, 50})
           for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
-                                          CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
-            const MemoryOptions memory{policy, head_chunk, chunk};
-            const std::string what = fmt::format(
-                "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, checkpoint "
-                "{}",
-                s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end, head_chunk,
-                chunk, enum_name(kCheckpointPolicyNames, policy));
-            Activations a;
-            a.allocate(c, range, s.B, s.T, false, memory);
-            EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory), a.bytes()) << what;
-            ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU width 3d
-            lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
-            lc.d_ff = 3 * s.d_model;
-            LlamaActivations l;
-            l.allocate(lc, range, s.B, s.T, false, memory);
-            EXPECT_EQ(LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory), l.bytes())
-                << "llama, " << what;
-          }
+                                          CheckpointPolicy::keep_attention, CheckpointPolicy::full})
+            for (bool qc : {false, true}) {  // the attention per query chunk (the local op) or whole
+              const MemoryOptions memory{policy, head_chunk, chunk};
+              const std::string what = fmt::format(
+                  "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "
+                  "checkpoint "
+                  "{}, query chunks {}",
+                  s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end, head_chunk,
+                  chunk, enum_name(kCheckpointPolicyNames, policy), qc);
+              Activations a;
+              a.allocate(c, range, s.B, s.T, false, memory, qc);
+              EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, qc), a.bytes()) << what;
+              ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU width 3d
+              lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
+              lc.d_ff = 3 * s.d_model;
+              LlamaActivations l;
+              l.allocate(lc, range, s.B, s.T, false, memory, qc);
+              EXPECT_EQ(LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, qc), l.bytes())
+                  << "llama, " << what;
+            }
   }
 }
 

@@ -1,12 +1,38 @@
 #include "odyssey/model/attention_op.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/model/fused_qkv.h"
 
 namespace odyssey {
+
+void AttentionOp::forward_chunk(float*, float*, const float*, KvRows, int, int, int, int, int) {
+  ODY_CHECK(false, "this attention op does not run query chunks");
+}
+
+void AttentionOp::backward_chunk(float*, MutKvRows, const float*, const float*, const float*, const float*,
+                                 KvRows, int, int, int, int, int) {
+  ODY_CHECK(false, "this attention op does not run query chunks");
+}
+
+namespace {
+
+// Calls f(b, t0, m, i) for each piece of the rows [r, r + n) within one sequence of T tokens: chunk rows
+// [i, i + m) are the tokens [t0, t0 + m) of sequence b.
+template <typename F>
+void for_each_piece(int r, int n, int T, F&& f) {
+  for (int i = 0; i < n;) {
+    const int b = (r + i) / T, t0 = (r + i) % T, m = std::min(n - i, T - t0);
+    f(b, t0, m, i);
+    i += m;
+  }
+}
+
+}  // namespace
 
 LocalAttention::LocalAttention(int n_kv_head) : n_kv_head_(n_kv_head) {}
 
@@ -24,6 +50,34 @@ void LocalAttention::backward(float* dqkv, const float* dout, const float* out, 
   attention_backward(f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
                      heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),
                      {B, T, T, H, f.Hkv, D}, {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
+}
+
+// Each piece: its m queries at positions [t0, t0 + m) against keys [0, t0 + m) of its sequence, as one
+// sequence (B = 1) of the kernel.
+void LocalAttention::forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T,
+                                   int H, int D) {
+  const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
+  const int64_t HD = int64_t(H) * D, s = kv.row_stride;
+  for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
+    const int64_t k0 = int64_t(b) * T * s;
+    attention_forward({out + i * HD, 0, HD}, lse + int64_t(i) * H, {qkv + i * f.width(), 0, f.width()},
+                      {kv.k + k0, 0, s}, {kv.v + k0, 0, s}, {1, m, t0 + m, H, f.Hkv, D},
+                      {MaskKind::causal, t0, 0}, 1.0f / std::sqrt(float(D)));
+  });
+}
+
+void LocalAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out,
+                                    const float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
+                                    int D) {
+  const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
+  const int64_t HD = int64_t(H) * D, s = kv.row_stride, ds = dkv.row_stride;
+  for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
+    const int64_t k0 = int64_t(b) * T * s, dk0 = int64_t(b) * T * ds;
+    attention_backward({dqkv + i * f.width(), 0, f.width()}, {dkv.k + dk0, 0, ds}, {dkv.v + dk0, 0, ds},
+                       {dout + i * HD, 0, HD}, {out + i * HD, 0, HD}, lse + int64_t(i) * H,
+                       {qkv + i * f.width(), 0, f.width()}, {kv.k + k0, 0, s}, {kv.v + k0, 0, s},
+                       {1, m, t0 + m, H, f.Hkv, D}, {MaskKind::causal, t0, 0}, 1.0f / std::sqrt(float(D)));
+  });
 }
 
 }  // namespace odyssey

@@ -8,9 +8,23 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace odyssey {
+
+// The keys and values of every token row of a layer (the K/V prefix of a query-chunked attention,
+// long-context-memory.md §4.3): row i's Hkv D keys at k + i * row_stride, its values at v + i * row_stride.
+struct KvRows {
+  const float* k;
+  const float* v;
+  int64_t row_stride;
+};
+struct MutKvRows {
+  float* k;
+  float* v;
+  int64_t row_stride;
+};
 
 class AttentionSaved {
  public:
@@ -40,9 +54,26 @@ class AttentionOp {
   // What scratch and saved tensors will hold after forward and backward of n_layer layers at this
   // shape (the memory check, before allocating).
   virtual size_t bytes_for(int /*B*/, int /*T*/, int /*H*/, int /*D*/, int /*n_layer*/) const { return 0; }
+
+  // Query-chunked attention (long-context-memory.md §4.3), for an op whose chunks_queries(): the token
+  // rows [r, r + n) of the B T rows (a chunk may span sequences) attend causally to the keys of their
+  // own sequence up to themselves, read from kv (every row). qkv: the chunk's fused rows [n, width]
+  // (forward reads its q columns); out [n, H D]; lse: for each piece of the chunk within one sequence,
+  // [H, m] at H times the piece's first row in the chunk (a whole sequence: the [B, H, T] layout).
+  // The kernel is chunk-invariant: out and lse are bitwise those of forward().
+  virtual bool chunks_queries() const { return false; }
+  virtual void forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
+                             int D);
+  // Accumulates dq into the q columns of the chunk's fused rows dqkv [n, width] and dk, dv into the
+  // rows of the prefix it reads (dkv: every row, like kv). Over all chunks dq is bitwise backward()'s;
+  // dk and dv sum in another order (rounding-level differences).
+  virtual void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out,
+                              const float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
+                              int D);
 };
 
-// Single-process causal attention: the shared blockwise kernel over the whole sequence.
+// Single-process causal attention: the shared blockwise kernel over the whole sequence, or over query
+// chunks against the K/V prefix.
 class LocalAttention : public AttentionOp {
  public:
   explicit LocalAttention(int n_kv_head = 0);  // 0: as many as query heads
@@ -50,6 +81,11 @@ class LocalAttention : public AttentionOp {
                AttentionSavedPtr& saved) override;
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                 int T, int H, int D, const AttentionSaved* saved) override;
+  bool chunks_queries() const override { return true; }
+  void forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
+                     int D) override;
+  void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out, const float* lse,
+                      const float* qkv, KvRows kv, int r, int n, int T, int H, int D) override;
 
  private:
   int n_kv_head_;

@@ -20,19 +20,21 @@ int head_rows(int N, int head_chunk_tokens) {
 
 void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
                                bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
-                               int64_t vocab_rows) {
+                               int64_t vocab_rows, bool query_chunks_) {
   const bool head = range_.head(c);
   const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
       kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
-      split.sequence_parallel == split_.sequence_parallel && !kept.layers.empty())
+      split.sequence_parallel == split_.sequence_parallel && query_chunks == query_chunks_ &&
+      !kept.layers.empty())
     return;
   B = B_;
   T = T_;
   range = range_;
   split = split_;
   shared_qkv = shared_qkv_;
+  query_chunks = query_chunks_;
   head_chunk = chunk;
   layer_chunk = memory.chunk_tokens;
   kept.policy = memory.checkpoint;
@@ -44,7 +46,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   kept.layers.resize(size_t(range.layers()));
   // none keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the
   // working layer one chunk at a time; keep_attention and full keep a layer's output (and its
-  // attention) and run one working layer whose token-local buffers hold one chunk.
+  // attention) and run one working layer whose token-local buffers hold one chunk (with query chunks
+  // also its qkv, beside the K/V prefix, and under full its attention output and lse).
   const int rows = rc.chunk_rows();
   for (Gpt2LayerActs& l : kept.layers) {
     if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv, {}, split);
@@ -56,8 +59,9 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   kept.work = Gpt2LayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false}, split);
-  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split);
+  if (kept.recomputes_layers())
+    kept.work.allocate(c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks), split);
+  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   encoded.resize(range.embeddings() ? R * C : 0);
   lnf.resize(head ? R * C : 0);
   lnf_mean.resize(head ? R : 0);
@@ -80,7 +84,7 @@ size_t Gpt2Activations::bytes() const {
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                   bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
-                                  int64_t vocab_rows) {
+                                  int64_t vocab_rows, bool query_chunks) {
   const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()),
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
@@ -100,11 +104,13 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   if (memory.checkpoint == CheckpointPolicy::cheap)
     layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}, split) +
              Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false}, split);
+  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv,
+                                               working_rows(memory.checkpoint, rows, query_chunks), split);
   if (memory.checkpoint == CheckpointPolicy::full) layers = L * R * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = L * (R * C + N * C / t + size_t(B) * c.n_head / t * T) * sizeof(float) + work;
-  return layers + Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split) +
+  return layers +
+         Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks) +
          floats * sizeof(float) + 3 * N * sizeof(int32_t);  // tokens, targets, positions
 }
 
@@ -144,7 +150,8 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   ODY_CHECK(emb || a.input,
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
-  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size));
+  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
+             attention_->chunks_queries());
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, R = int(split().rows(N));
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
@@ -179,7 +186,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
   const double sum = head_loss(a.lnf.data(), names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
-                               a.head_chunk, a.scratch.datty.data(), a.B * a.T, dloss, count);
+                               a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -196,7 +203,7 @@ void GPT2::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dln = a.scratch.datty.data();  // d(lnf), from loss()
+    const float* dln = a.scratch.head_grad();  // d(lnf), from loss()
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "layernorm.bwd", 0, [&] {

@@ -42,6 +42,7 @@ struct Gpt2Activations : StageActivations {
   StageRange range;                      // the layers held (resolved)
   TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  bool query_chunks = false;             // the attention runs per query chunk (gpt2_block.h)
   IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer encoded;                   // [R, C] (R = split.rows(N): all N or this rank's TP-SP slice)
   KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
@@ -57,12 +58,14 @@ struct Gpt2Activations : StageActivations {
   // For the layers of `range` (resolved) and, with the head, the final norm and logits.
   // split: the layers' tensor-parallel split (rows of the logits block: vocab_rows).
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
-                const MemoryOptions& memory = {}, const TpSplit& split = {}, int64_t vocab_rows = 0);
+                const MemoryOptions& memory = {}, const TpSplit& split = {}, int64_t vocab_rows = 0,
+                bool query_chunks = false);
   size_t bytes() const override;
-  // What allocate(config, range, B, T, shared_qkv, memory, split, vocab_rows) would hold, without allocating.
+  // What allocate(config, range, B, T, shared_qkv, memory, split, vocab_rows, query_chunks) would hold,
+  // without allocating.
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
                           bool shared_qkv = false, const MemoryOptions& memory = {},
-                          const TpSplit& split = {}, int64_t vocab_rows = 0);
+                          const TpSplit& split = {}, int64_t vocab_rows = 0, bool query_chunks = false);
 
   const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
@@ -91,14 +94,14 @@ class GPT2 : public LayerStage {
 
   size_t activation_bytes_for(int B, int T) const override {
     return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
-                                      vocab_->rows(config_.vocab_size)) +
+                                      vocab_->rows(config_.vocab_size), attention_->chunks_queries()) +
            attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
                                  layers_saving_attention());
   }
 
  private:
   BlockShape shape(const Gpt2Activations& a) const {
-    return {a.B, a.T, config_.d_model, config_.n_head, a.layer_chunk};
+    return {a.B, a.T, config_.d_model, config_.n_head, a.layer_chunk, a.query_chunks};
   }
 
   Gpt2Params names_;  // views into table_

@@ -7,6 +7,7 @@
 #include "odyssey/kernels/elementwise.h"
 #include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/layernorm.h"
+#include "odyssey/model/kv_prefix.h"
 
 namespace odyssey {
 
@@ -38,10 +39,14 @@ void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, 
                              const TpSplit& tp) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
                G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn), W = rows.sequence ? N : 0;
+  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
+  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
+               A = rows.sequence ? rows_of(rows.attention, N) : 0;
+  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
   fit(ln1, R * C), fit(ln1_mean, S), fit(ln1_rstd, S);
-  fit(qkv, keep_qkv ? W * 3 * C / t : 0);
-  fit(atty, W * C / t), fit(lse, rows.sequence ? size_t(B) * c.n_head / t * T : 0);
+  fit(qkv, keep_qkv ? Q * 3 * C / t : 0);
+  fit(kv, keep_qkv ? K * 2 * C / t : 0);
+  fit(atty, A * C / t), fit(lse, A * c.n_head / t);
   fit(residual2, S * C);
   fit(ln2, R * C), fit(ln2_mean, S), fit(ln2_rstd, S);
   fit(fch, S * G * 4 * C / t), fit(fch_gelu, R * G * 4 * C / t);
@@ -51,8 +56,8 @@ void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, 
 
 size_t Gpt2LayerActs::bytes() const {
   size_t n = attention ? attention->bytes() : 0;
-  for (const FloatBuffer* b : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &atty, &lse, &residual2, &ln2, &ln2_mean,
-                               &ln2_rstd, &fch, &fch_gelu, &residual3})
+  for (const FloatBuffer* b : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &kv, &atty, &lse, &residual2, &ln2,
+                               &ln2_mean, &ln2_rstd, &fch, &fch_gelu, &residual3})
     n += b->bytes();
   return n;
 }
@@ -61,11 +66,14 @@ size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qk
                                 const TpSplit& tp) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
                G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn), W = rows.sequence ? N : 0;
-  // Sequence-wide: atty [N, C/t], qkv [N, 3C/t], lse [B, H/t, T]; output residual3 [Rn, C]. Stored (S
-  // rows): residual2 [S, C], four [S] statistics, fch [S G, 4C/t]. Cheap (R rows): ln1, ln2 [R, C],
-  // fch_gelu [R G, 4C/t].
-  return (W * C / t * (1 + (keep_qkv ? 3 : 0)) + (rows.sequence ? size_t(B) * c.n_head / t * T : 0) +
+  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
+  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
+               A = rows.sequence ? rows_of(rows.attention, N) : 0;
+  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
+  // Attention: qkv [Q, 3C/t] (and kv [K, 2C/t]), atty [A, C/t], lse [A H/t]; output
+  // residual3 [Rn, C]. Stored (S rows): residual2 [S, C], four [S] statistics, fch [S G, 4C/t]. Cheap (R
+  // rows): ln1, ln2 [R, C], fch_gelu [R G, 4C/t].
+  return ((keep_qkv ? Q * 3 * C / t + K * 2 * C / t : 0) + A * C / t + A * c.n_head / t +
           (rows.output ? Rn * C : 0) + S * (C + 4 + G * 4 * C / t) + R * (2 * C + G * 4 * C / t)) *
          sizeof(float);
 }
@@ -76,26 +84,37 @@ void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
   std::swap(fch_gelu, o.fch_gelu);
 }
 
+// With query chunks over more than one chunk, datty and dqkv hold one chunk (A = R rows) and dkv the
+// dK, dV of every row (at least C wide: it carries the head's gradient).
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
-                                const TpSplit& tp) {
+                                const TpSplit& tp, bool query_chunks) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
   const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
+  const bool qc = query_chunks && R < Rn;
+  const size_t A = qc ? R : N;
   fit(qkv, shared_qkv ? N * 3 * C / t : 0);
-  // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP).
-  fit(datty, b * std::max(N * C / t, Rn * C)), fit(dqkv, b * N * 3 * C / t);
+  // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP)
+  // unless it holds one chunk: then dkv carries it.
+  fit(datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C))), fit(dqkv, b * A * 3 * C / t);
+  fit(dkv, qc ? b * N * std::max(2 * C / t, C) : 0);
   fit(dln, b * R * C), fit(dfch, b * R * G * 4 * C / t), fit(dfch_gelu, b * R * G * 4 * C / t);
 }
 
 size_t Gpt2BlockScratch::bytes() const {
-  return qkv.bytes() + dln.bytes() + datty.bytes() + dqkv.bytes() + dfch.bytes() + dfch_gelu.bytes();
+  return qkv.bytes() + dln.bytes() + datty.bytes() + dqkv.bytes() + dkv.bytes() + dfch.bytes() +
+         dfch_gelu.bytes();
 }
 
 size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                   int chunk, const TpSplit& tp) {
+                                   int chunk, const TpSplit& tp, bool query_chunks) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t);
   const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  return (N * C / t * ((shared_qkv ? 3 : 0) + (backward ? 3 : 0)) +
-          (backward ? std::max(N * C / t, Rn * C) + R * C * (1 + G * 8 / t) : 0)) *
+  const bool qc = query_chunks && R < Rn;
+  const size_t A = qc ? R : N;
+  return (N * C / t * (shared_qkv ? 3 : 0) +
+          (backward ? (qc ? A * C / t : std::max(N * C / t, Rn * C)) + A * C / t * 3 +
+                          (qc ? N * std::max(2 * C / t, C) : 0) + R * C * (1 + G * 8 / t)
+                    : 0)) *
          sizeof(float);
 }
 
@@ -128,8 +147,8 @@ struct Split {
   }
 };
 
-// Layer-norm 1 and the qkv projection of chunk j (qkv: the layer's [N, 3C/t]).
-void qkv_chunk_forward(Gpt2LayerActs& a, float* qkv, const float* x, const Gpt2LayerTensors& w,
+// Layer-norm 1 and the qkv projection of chunk j into its rows dst [n G, 3C/t].
+void qkv_chunk_forward(Gpt2LayerActs& a, float* dst, const float* x, const Gpt2LayerTensors& w,
                        LinearOps& lin, const Split& p, int j, int C, OpObserver* o) {
   const int r = p.rc.begin(j), n = p.rc.size(j), R = p.rc.N;
   float* ln1 = row_at(a.ln1, r, R, C);
@@ -137,7 +156,7 @@ void qkv_chunk_forward(Gpt2LayerActs& a, float* qkv, const float* x, const Gpt2L
     layernorm_forward(ln1, row_at(a.ln1_mean, r, R, 1), row_at(a.ln1_rstd, r, R, 1), x + size_t(r) * C,
                       w.ln1_w, w.ln1_b, n, C);
   });
-  lin.column_forward(qkv + size_t(r) * p.G * p.W3, ln1, w.qkv_w, w.qkv_b, {n * p.G, C, p.W3, "qkv", o});
+  lin.column_forward(dst, ln1, w.qkv_w, w.qkv_b, {n * p.G, C, p.W3, "qkv", o});
 }
 
 // The rest of chunk j after the attention: residual2, ln2, fc and gelu, and with out (the layer's
@@ -151,7 +170,7 @@ void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2L
   float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
   float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
   // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
-  lin.row_forward(residual2, a.atty.data() + size_t(r) * p.G * p.W1, w.attn_proj_w, w.attn_proj_b,
+  lin.row_forward(residual2, row_at(a.atty, r, R, size_t(p.G) * p.W1), w.attn_proj_w, w.attn_proj_b,
                   {gn, p.W1, C, "attn_proj", o});
   observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
   observed(o, "layernorm.fwd", 0, [&] {
@@ -166,17 +185,154 @@ void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2L
   observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
 }
 
+// The backward of chunk j's MLP and attention projection (recomputing first what `re` says):
+// residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))), residual2 = x + proj(atty). d(residual)
+// rows in dres go from d(residual3) to d(residual2); datty: the chunk's d(atty) rows [n G, C/t].
+void mlp_chunk_backward(float* dres, float* datty, Gpt2LayerActs& a, const float* x,
+                        const Gpt2LayerTensors& w, const Gpt2LayerTensors& g, LinearOps& lin,
+                        Gpt2BlockScratch& sc, const Split& p, int j, int C, OpObserver* o,
+                        const Recompute& re) {
+  const int R = p.rc.N, r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
+  const size_t gW4 = size_t(gn) * p.W4, nC = size_t(n) * C;
+  float* ln2 = row_at(a.ln2, r, R, C);
+  float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
+  float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
+  float* residual2 = row_at(a.residual2, r, R, C);
+  float* ln2_mean = row_at(a.ln2_mean, r, R, 1);
+  float* ln2_rstd = row_at(a.ln2_rstd, r, R, 1);
+  if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, p, j, C, o);
+  if (re.cheap) {  // the forward's own calls on the kept residual2 and fch
+    observed(o, "layernorm.fwd", 0,
+             [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
+    observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
+  }
+  float* dr = dres + size_t(r) * C;
+  float *dfch_gelu = nullptr, *dfch = nullptr, *dln = nullptr;
+  observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, gW4); });
+  lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
+                   {gn, p.W4, C, "fc_proj", o});
+  observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, gW4); });
+  observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
+  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
+  lin.column_backward(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o});
+  observed(o, "layernorm.bwd", 0, [&] {
+    layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, residual2, w.ln2_w, ln2_mean, ln2_rstd, n, C);
+  });
+  lin.row_backward(datty, g.attn_proj_w, g.attn_proj_b, dr, row_at(a.atty, r, R, size_t(p.G) * p.W1),
+                   w.attn_proj_w, {gn, p.W1, C, "attn_proj", o});
+}
+
+// The backward of chunk j's qkv projection and ln1 from its d(qkv) rows dqkv [n G, 3C/t] (ln1 rerun
+// first when rerun_ln1: its buffer holds another chunk, or the cheap policy dropped it).
+void qkv_chunk_backward(float* dres, const float* dqkv, Gpt2LayerActs& a, const float* x,
+                        const Gpt2LayerTensors& w, const Gpt2LayerTensors& g, LinearOps& lin,
+                        Gpt2BlockScratch& sc, const Split& p, int j, int C, OpObserver* o, bool rerun_ln1) {
+  const int R = p.rc.N, r = p.rc.begin(j), n = p.rc.size(j);
+  float* dr = dres + size_t(r) * C;
+  float* ln1 = row_at(a.ln1, r, R, C);
+  float* ln1_mean = row_at(a.ln1_mean, r, R, 1);
+  float* ln1_rstd = row_at(a.ln1_rstd, r, R, 1);
+  float* dln = nullptr;
+  if (rerun_ln1)
+    observed(o, "layernorm.fwd", 0,
+             [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C); });
+  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, size_t(n) * C); });
+  lin.column_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w, {n * p.G, C, p.W3, "qkv", o});
+  observed(o, "layernorm.bwd", 0, [&] {
+    layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, ln1_mean, ln1_rstd, n, C);
+  });
+}
+
+// Query chunks against the K/V prefix: the shape asks for it and there is more than one chunk (one
+// chunk is the whole-sequence call).
+bool query_chunked(const BlockShape& s, const Split& p, const AttentionOp& attention) {
+  if (!s.query_chunks || p.rc.count() <= 1) return false;
+  ODY_CHECK(attention.chunks_queries() && p.G == 1, "block: query-chunked attention needs the local op");
+  return true;
+}
+
+// Chunk j's queries against the K/V prefix, into its rows of atty and lse.
+void attention_chunk_forward(Gpt2LayerActs& a, const float* qkv, KvRows kv, AttentionOp& attention,
+                             const Split& p, const BlockShape& s, int j, OpObserver* o) {
+  const int r = p.rc.begin(j), n = p.rc.size(j), N = s.N();
+  observed(o, "attention.fwd", 2.0 * p.H * double(n) * s.T * s.D(), [&] {
+    attention.forward_chunk(row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv, kv, r, n, s.T, p.H,
+                            s.D());
+  });
+}
+
+void chunked_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
+                     LinearOps& lin, const Split& p, const BlockShape& s, OpObserver* o) {
+  const int N = s.N();
+  const FusedQkv f{p.H, p.H, s.D()};
+  ODY_CHECK(
+      a.qkv.size() >= size_t(p.rc.chunk_rows()) * p.W3 && a.atty.size() >= size_t(p.rc.chunk_rows()) * p.W1,
+      "block forward: no query-chunk activations for {} tokens", N);
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
+  for (int j = 0; j < p.rc.count(); ++j) {
+    const int r = p.rc.begin(j), n = p.rc.size(j);
+    float* qkv = row_at(a.qkv, r, N, p.W3);
+    qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
+    store_kv(a.kv, qkv, r, n, f);
+    attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
+    mlp_chunk_forward(a, a.residual3.data(), x, w, lin, p, j, s.C, o);
+  }
+}
+
+// Chunks last first (long-context-memory.md §4.3): query chunk j is the last to add to dK and dV of its
+// rows, so after its attention backward its qkv and ln1 backward can run. Buffers holding one chunk
+// hold the last one after the forward (or the recompute's pre-pass); the others are recomputed.
+void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
+                      const Gpt2LayerTensors& g, AttentionOp& attention, LinearOps& lin, Gpt2BlockScratch& sc,
+                      const Split& p, const BlockShape& s, OpObserver* o, const Recompute& re) {
+  const int N = s.N(), last = p.rc.count() - 1;
+  const FusedQkv f{p.H, p.H, s.D()};
+  ODY_CHECK(sc.dkv.size() >= size_t(N) * 2 * p.W1 && sc.dqkv.size() >= size_t(p.rc.chunk_rows()) * p.W3,
+            "block backward: no query-chunk scratch for {} tokens", N);
+  const bool q_local = !holds_rows(a.qkv, N, size_t(p.W3)), out_local = !holds_rows(a.atty, N, size_t(p.W1));
+  if (re.qkv)  // the K/V prefix (and a whole qkv)
+    for (int j = 0; j <= last; ++j) {
+      float* qkv = row_at(a.qkv, p.rc.begin(j), N, p.W3);
+      qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
+      store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), f);
+    }
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * 2 * p.W1); });
+  const MutKvRows dkv = dkv_rows(sc.dkv, f);
+  for (int j = last; j >= 0; --j) {
+    const int r = p.rc.begin(j), n = p.rc.size(j);
+    float* qkv = row_at(a.qkv, r, N, p.W3);
+    if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
+    if (re.attention || (out_local && j != last)) attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
+    float *datty = nullptr, *dqkv = nullptr;
+    observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * p.W1); });
+    mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, p, j, s.C, o, re);
+    observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(n) * p.W3); });
+    observed(o, "attention.bwd", 4.0 * p.H * double(n) * s.T * s.D(), [&] {
+      attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv,
+                               kv, r, n, s.T, p.H, s.D());
+    });
+    take_dkv(dqkv, sc.dkv, r, n, f);
+    // ln1 is current when the qkv recompute above (or the forward's last chunk) wrote it.
+    qkv_chunk_backward(dres, dqkv, a, x, w, g, lin, sc, p, j, s.C, o,
+                       !q_local && (re.cheap || re.token_local));
+  }
+}
+
 }  // namespace
 
 void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w, AttentionOp& attention,
                         LinearOps& lin, Gpt2BlockScratch& scratch, const BlockShape& s, OpObserver* o) {
   const int N = s.N(), C = s.C;
   const Split p(lin, s);
-  ODY_CHECK(a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
-                a.atty.size() >= size_t(N) * p.W1 && a.residual3.size() >= size_t(p.rc.N) * C,
-            "block forward: activations for fewer than {} tokens", N);
+  ODY_CHECK(
+      a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 && a.residual3.size() >= size_t(p.rc.N) * C,
+      "block forward: activations for fewer than {} tokens", N);
+  if (query_chunked(s, p, attention)) return chunked_forward(a, x, w, attention, lin, p, s, o);
+  ODY_CHECK(a.atty.size() >= size_t(N) * p.W1, "block forward: activations for fewer than {} tokens", N);
   float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
-  for (int j = 0; j < p.rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, lin, p, j, C, o);
+  for (int j = 0; j < p.rc.count(); ++j)
+    qkv_chunk_forward(a, qkv + size_t(p.rc.begin(j)) * p.G * p.W3, x, w, lin, p, j, C, o);
   // QK^T and PV over the causal half, the whole sequence at once (this rank's heads).
   observed(o, "attention.fwd", 2.0 * s.B * p.H * double(s.T) * s.T * s.D(),
            [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
@@ -188,51 +344,23 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
                          Gpt2BlockScratch& sc, const BlockShape& s, OpObserver* o, const Recompute& re) {
   const int N = s.N(), C = s.C;
   const Split p(lin, s);
-  const int R = p.rc.N;
   ODY_CHECK(sc.dfch.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
                 a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4,
             "block backward: no backward scratch for {} tokens", N);
+  if (query_chunked(s, p, attention))
+    return chunked_backward(dres, a, x, w, g, attention, lin, sc, p, s, o, re);
   float* qkv = a.qkv.size() ? a.qkv.data() : sc.qkv.data();
   if (re.qkv)
-    for (int j = 0; j < p.rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, lin, p, j, C, o);
+    for (int j = 0; j < p.rc.count(); ++j)
+      qkv_chunk_forward(a, qkv + size_t(p.rc.begin(j)) * p.G * p.W3, x, w, lin, p, j, C, o);
   if (re.attention)
     observed(o, "attention.fwd", 2.0 * s.B * p.H * double(s.T) * s.T * s.D(),
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
   float* datty = nullptr;
   float* dqkv = nullptr;
   observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * p.W1); });
-  // MLP and attention projection, chunk by chunk: residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))),
-  // residual2 = x + proj(atty).
-  for (int j = 0; j < p.rc.count(); ++j) {
-    const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
-    const size_t gW4 = size_t(gn) * p.W4, nC = size_t(n) * C;
-    float* ln2 = row_at(a.ln2, r, R, C);
-    float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
-    float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
-    float* residual2 = row_at(a.residual2, r, R, C);
-    float* ln2_mean = row_at(a.ln2_mean, r, R, 1);
-    float* ln2_rstd = row_at(a.ln2_rstd, r, R, 1);
-    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, p, j, C, o);
-    if (re.cheap) {  // the forward's own calls on the kept residual2 and fch
-      observed(o, "layernorm.fwd", 0,
-               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
-      observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
-    }
-    float* dr = dres + size_t(r) * C;
-    float *dfch_gelu = nullptr, *dfch = nullptr, *dln = nullptr;
-    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, gW4); });
-    lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
-                     {gn, p.W4, C, "fc_proj", o});
-    observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, gW4); });
-    observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
-    observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
-    lin.column_backward(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o});
-    observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, residual2, w.ln2_w, ln2_mean, ln2_rstd, n, C);
-    });
-    lin.row_backward(datty + size_t(r) * p.G * p.W1, g.attn_proj_w, g.attn_proj_b, dr,
-                     a.atty.data() + size_t(r) * p.G * p.W1, w.attn_proj_w, {gn, p.W1, C, "attn_proj", o});
-  }
+  for (int j = 0; j < p.rc.count(); ++j)
+    mlp_chunk_backward(dres, datty + size_t(p.rc.begin(j)) * p.G * p.W1, a, x, w, g, lin, sc, p, j, C, o, re);
   // Attention over the whole sequence.
   observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * p.W3); });
   observed(o, "attention.bwd", 4.0 * s.B * p.H * double(s.T) * s.T * s.D(), [&] {
@@ -242,25 +370,9 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   // qkv and ln1, chunk by chunk (ln1 recomputed when its buffer holds one chunk of several, or was
   // dropped by the cheap policy).
   const bool rerun_ln1 = re.cheap || (re.token_local && p.rc.count() > 1);
-  for (int j = 0; j < p.rc.count(); ++j) {
-    const int r = p.rc.begin(j), n = p.rc.size(j);
-    const size_t nC = size_t(n) * C;
-    float* dr = dres + size_t(r) * C;
-    float* ln1 = row_at(a.ln1, r, R, C);
-    float* ln1_mean = row_at(a.ln1_mean, r, R, 1);
-    float* ln1_rstd = row_at(a.ln1_rstd, r, R, 1);
-    float* dln = nullptr;
-    if (rerun_ln1)
-      observed(o, "layernorm.fwd", 0, [&] {
-        layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
-      });
-    observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
-    lin.column_backward(dln, g.qkv_w, g.qkv_b, dqkv + size_t(r) * p.G * p.W3, ln1, w.qkv_w,
-                        {n * p.G, C, p.W3, "qkv", o});
-    observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, ln1_mean, ln1_rstd, n, C);
-    });
-  }
+  for (int j = 0; j < p.rc.count(); ++j)
+    qkv_chunk_backward(dres, dqkv + size_t(p.rc.begin(j)) * p.G * p.W3, a, x, w, g, lin, sc, p, j, C, o,
+                       rerun_ln1);
 }
 
 }  // namespace odyssey

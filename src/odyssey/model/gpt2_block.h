@@ -8,11 +8,16 @@
 // forward overwrites all of it, so a layer can be run again to recompute what it dropped.
 //
 // Sequence chunking (BlockShape::chunk, model/row_chunks.h): every token-local op runs over chunks of
-// rows, the attention over the whole sequence through the AttentionOp (its kernel is blockwise, and
-// Ulysses and ring need it whole). The forward runs ln1 + qkv chunk by chunk, the attention, then the
-// rest chunk by chunk; the backward runs the MLP and projection backward chunk by chunk, the attention
-// backward, then the qkv and ln1 backward chunk by chunk. Sequence-wide are only x, qkv, the
-// attention's output and lse, the output, and in backward d(residual), d(atty) and dqkv.
+// rows. The attention runs either over the whole sequence through the AttentionOp (Ulysses and ring
+// need it whole): the forward runs ln1 + qkv chunk by chunk, the attention, then the rest chunk by
+// chunk; the backward the MLP and projection backward chunk by chunk, the attention backward, then the
+// qkv and ln1 backward chunk by chunk; sequence-wide are x, qkv, the attention's output and lse, the
+// output, and in backward d(residual), d(atty) and dqkv. Or, with BlockShape::query_chunks (an op that
+// chunks_queries(): the local one), per query chunk against the K/V prefix (long-context-memory.md
+// §4.2, §4.3, model/kv_prefix.h): the forward runs each chunk whole (ln1, qkv, its queries' attention,
+// the rest), the backward walks the chunks last first (recompute, MLP backward, its queries' attention
+// backward into dq and the prefix's dK, dV, then the qkv and ln1 backward, dK and dV of the chunk being
+// complete); sequence-wide are x, K and V, the output, and in backward d(residual), dK and dV.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +41,8 @@ namespace odyssey {
 struct Gpt2LayerActs {
   FloatBuffer ln1, ln1_mean, ln1_rstd;  // [N, C], [N], [N]
   FloatBuffer qkv;                      // [N, 3C]; empty when the attention op saves its own copy
-  FloatBuffer atty, lse;                // [N, C], [B, H, T]
+  FloatBuffer kv;                       // [N, 2C] K and V of every row when qkv holds one chunk
+  FloatBuffer atty, lse;                // [N, C], [B, H, T] (or one query chunk's)
   FloatBuffer residual2;                // [N, C]  x + attn(x)
   FloatBuffer ln2, ln2_mean, ln2_rstd;  // [N, C], [N], [N]
   FloatBuffer fch, fch_gelu;            // [N, 4C]
@@ -56,19 +62,23 @@ struct Gpt2LayerActs {
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's
-// activation gradients (c rows: one chunk, see BlockShape::chunk). datty also carries the stage's
-// d(final norm output) from the LM head to the final norm's backward.
+// activation gradients (c rows: one chunk, see BlockShape::chunk). With query chunks (and more than
+// one chunk) datty and dqkv hold one chunk, dkv the dK and dV of every row. head_grad() carries the
+// stage's d(final norm output) from the LM head to the final norm's backward: datty when it holds
+// every row, else dkv (idle until the layers' backward; at least C wide).
 struct Gpt2BlockScratch {
   FloatBuffer qkv;              // [N, 3C] only when layers keep no qkv
-  FloatBuffer datty, dqkv;      // [N, C], [N, 3C]
+  FloatBuffer datty, dqkv;      // [N, C], [N, 3C] (query chunks: [c, C], [c, 3C])
+  FloatBuffer dkv;              // query chunks: [N, 2C]
   FloatBuffer dln;              // [c, C]
   FloatBuffer dfch, dfch_gelu;  // [c, 4C]
 
   void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
-                const TpSplit& tp = {});
+                const TpSplit& tp = {}, bool query_chunks = false);
   size_t bytes() const;
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
-                          int chunk = 0, const TpSplit& tp = {});
+                          int chunk = 0, const TpSplit& tp = {}, bool query_chunks = false);
+  float* head_grad() { return dkv.size() ? dkv.data() : datty.data(); }
 };
 
 // Where one layer's tensors are now (parameters or gradients): a unit's storage moves under ZeRO-3,
@@ -79,10 +89,12 @@ struct Gpt2LayerTensors {
 };
 Gpt2LayerTensors resolve_layer(const LayerParams& layer, const std::function<float*(const ParamInfo&)>& at);
 
-// The sizes a block call runs at; chunk: rows per token-local chunk (0: all N at once).
+// The sizes a block call runs at; chunk: rows per token-local chunk (0: all N at once); query_chunks:
+// the attention runs per chunk against the K/V prefix (the activations and scratch sized for it).
 struct BlockShape {
   int B, T, C, H;
   int chunk = 0;
+  bool query_chunks = false;
   int N() const { return B * T; }
   int D() const { return C / H; }
 };

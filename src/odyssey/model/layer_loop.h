@@ -24,6 +24,7 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/recompute.h"
+#include "odyssey/model/row_chunks.h"
 #include "odyssey/model/stage.h"
 
 namespace odyssey {
@@ -45,6 +46,14 @@ struct KeptLayers {
   bool keeps_attention() const { return policy == CheckpointPolicy::keep_attention; }
   const float* output(size_t i) const { return layers[i].residual3.data(); }
 };
+
+// What the working layer of a recomputing policy holds (model/row_chunks.h): one chunk (`rows`) of its
+// token-local activations and, with query-chunked attention, of its qkv (beside the K/V prefix) and
+// under full of its attention output and lse (keep_attention hands these to the kept layer whole).
+inline LayerRows working_rows(CheckpointPolicy policy, int rows, bool query_chunks) {
+  const bool full = policy == CheckpointPolicy::full;
+  return {rows, rows, true, false, query_chunks ? rows : -1, query_chunks && full ? rows : -1};
+}
 
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.
 template <typename LayerActs, typename Fwd>

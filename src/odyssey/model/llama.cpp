@@ -40,16 +40,17 @@ RopeScalingParams rope_scaling(const ModelConfig& c) {
 
 void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
                                 bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
-                                int64_t vocab_rows) {
+                                int64_t vocab_rows, bool query_chunks_) {
   const bool head = range_.head(c);
   const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
       kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
-      split.sequence_parallel == split_.sequence_parallel && !kept.layers.empty())
+      split.sequence_parallel == split_.sequence_parallel && query_chunks == query_chunks_ &&
+      !kept.layers.empty())
     return;
   B = B_, T = T_, range = range_, split = split_, shared_qkv = shared_qkv_, head_chunk = chunk,
-  layer_chunk = memory.chunk_tokens, kept.policy = memory.checkpoint;
+  layer_chunk = memory.chunk_tokens, kept.policy = memory.checkpoint, query_chunks = query_chunks_;
   const size_t N = size_t(B) * T, C = c.d_model, half = size_t(c.head_dim()) / 2,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
@@ -72,8 +73,9 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   kept.work = LlamaLayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  if (kept.recomputes_layers()) kept.work.allocate(c, B, T, !shared_qkv, {rows, rows, true, false}, split);
-  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split);
+  if (kept.recomputes_layers())
+    kept.work.allocate(c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks), split);
+  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
   encoded.resize(range.embeddings() ? R * C : 0);
@@ -97,7 +99,7 @@ size_t LlamaActivations::bytes() const {
 
 size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                    bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
-                                   int64_t vocab_rows) {
+                                   int64_t vocab_rows, bool query_chunks) {
   const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()), half = size_t(c.head_dim()) / 2,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
@@ -116,13 +118,15 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
   if (memory.checkpoint == CheckpointPolicy::cheap)
     layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}, split) +
              LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  const size_t work = LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {rows, rows, true, false}, split);
+  const size_t work = LlamaLayerActs::bytes_for(c, B, T, !shared_qkv,
+                                                working_rows(memory.checkpoint, rows, query_chunks), split);
   if (memory.checkpoint == CheckpointPolicy::full) layers = L * R * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers =
         L * (R * C + N * size_t(c.n_head) / t * c.head_dim() + size_t(B) * c.n_head / t * T) * sizeof(float) +
         work;
-  return layers + LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split) +
+  return layers +
+         LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks) +
          floats * sizeof(float) + 3 * N * sizeof(int32_t);
 }
 
@@ -154,7 +158,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   ODY_CHECK(emb || a.input,
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
-  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size));
+  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
+             attention_->chunks_queries());
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, R = int(split().rows(N));
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
@@ -164,7 +169,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
     rope_tables(a.rope_cos.data(), a.rope_sin.data(), a.positions.data(), N, inv_freq_.data(), c.head_dim());
   });
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
-  const LlamaShape shape = LlamaShape::of(c, B, T, a.layer_chunk, split());
+  LlamaShape shape = LlamaShape::of(c, B, T, a.layer_chunk, split());
+  shape.query_chunks = a.query_chunks;
   if (emb) {
     hooks_->before_forward(0);
     vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.embed),
@@ -192,9 +198,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  const double sum =
-      head_loss(a.fn.data(), names_.lm_head, a.targets.data(), a.losses.data(), a.logits.data(), a.head_chunk,
-                a.scratch.datty.data(), a.B * a.T, dloss, count);
+  const double sum = head_loss(a.fn.data(), names_.lm_head, a.targets.data(), a.losses.data(),
+                               a.logits.data(), a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -208,12 +213,13 @@ void Llama::backward(StageActivations& acts) {
   OpObserver* o = observer_;
   const bool emb = range_.embeddings();
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
-  const LlamaShape shape = LlamaShape::of(c, a.B, a.T, a.layer_chunk, split());
+  LlamaShape shape = LlamaShape::of(c, a.B, a.T, a.layer_chunk, split());
+  shape.query_chunks = a.query_chunks;
 
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dfn = a.scratch.datty.data();  // from loss()
+    const float* dfn = a.scratch.head_grad();  // from loss()
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
     observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
     observed(o, "rmsnorm.bwd", 0, [&] {

@@ -24,6 +24,7 @@ struct LlamaActivations : StageActivations {
   StageRange range;
   TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  bool query_chunks = false;             // the attention runs per query chunk (llama_block.h)
   IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
   FloatBuffer encoded;              // [R, C] the token embeddings (with the embeddings; R = split.rows(N))
@@ -39,10 +40,12 @@ struct LlamaActivations : StageActivations {
 
   // split and vocab_rows as Gpt2Activations'.
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
-                const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0);
+                const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0,
+                bool query_chunks = false);
   size_t bytes() const override;
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
-                          const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0);
+                          const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0,
+                          bool query_chunks = false);
   const float* output() const override { return kept.layers.back().residual3.data(); }
   const float* input_grad() const override { return dres.data(); }
 };
@@ -66,7 +69,7 @@ class Llama : public LayerStage {
 
   size_t activation_bytes_for(int B, int T) const override {
     return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
-                                       vocab_->rows(config_.vocab_size)) +
+                                       vocab_->rows(config_.vocab_size), attention_->chunks_queries()) +
            attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
                                  layers_saving_attention());
   }

@@ -8,6 +8,7 @@
 #include "odyssey/kernels/rmsnorm.h"
 #include "odyssey/kernels/rope.h"
 #include "odyssey/kernels/swiglu.h"
+#include "odyssey/model/kv_prefix.h"
 
 namespace odyssey {
 
@@ -50,10 +51,14 @@ void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv,
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
   const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn), W = rows.sequence ? N : 0;
+  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
+  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
+               A = rows.sequence ? rows_of(rows.attention, N) : 0;
+  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
   fit(an, R * C), fit(an_rstd, S);
-  fit(qkv, keep_qkv ? W * size_t(s.qkv_width()) : 0);
-  fit(atty, W * HD), fit(lse, rows.sequence ? size_t(B) * s.H * T : 0);
+  fit(qkv, keep_qkv ? Q * size_t(s.qkv_width()) : 0);
+  fit(kv, keep_qkv ? K * 2 * size_t(s.Hkv) * s.D : 0);
+  fit(atty, A * HD), fit(lse, A * s.H);
   fit(residual2, S * C);
   fit(bn, R * C), fit(bn_rstd, S);
   fit(gate_up, S * G * 2 * F), fit(h, R * G * F);
@@ -64,7 +69,7 @@ void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv,
 size_t LlamaLayerActs::bytes() const {
   size_t n = attention ? attention->bytes() : 0;
   for (const FloatBuffer* b :
-       {&an, &an_rstd, &qkv, &atty, &lse, &residual2, &bn, &bn_rstd, &gate_up, &h, &residual3})
+       {&an, &an_rstd, &qkv, &kv, &atty, &lse, &residual2, &bn, &bn_rstd, &gate_up, &h, &residual3})
     n += b->bytes();
   return n;
 }
@@ -74,10 +79,14 @@ size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_q
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
   const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn), W = rows.sequence ? N : 0;
-  // Sequence-wide: qkv, atty [N, H D], lse [B, H, T]; output residual3 [Rn, C]. Stored (S rows):
-  // residual2 [S, C], two [S] statistics, gate_up [S G, 2F]. Cheap (R rows): an, bn [R, C], h [R G, F].
-  return (W * ((keep_qkv ? size_t(s.qkv_width()) : 0) + HD) + (rows.sequence ? size_t(B) * s.H * T : 0) +
+  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
+  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
+               A = rows.sequence ? rows_of(rows.attention, N) : 0;
+  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
+  // Attention: qkv [Q, (H + 2 Hkv) D] (and kv [K, 2 Hkv D]), atty [A, H D], lse [A H];
+  // output residual3 [Rn, C]. Stored (S rows): residual2 [S, C], two [S] statistics, gate_up [S G, 2F].
+  // Cheap (R rows): an, bn [R, C], h [R G, F].
+  return ((keep_qkv ? Q * size_t(s.qkv_width()) + K * 2 * size_t(s.Hkv) * s.D : 0) + A * (HD + size_t(s.H)) +
           (rows.output ? Rn * C : 0) + S * (C + G * 2 * F + 2) + R * (2 * C + G * F)) *
          sizeof(float);
 }
@@ -88,29 +97,40 @@ void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
   std::swap(h, o.h);
 }
 
+// With query chunks over more than one chunk, datty and dqkv hold one chunk and dkv the dK, dV of
+// every row (at least C wide: it carries the head's gradient).
 void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                 int chunk, const TpSplit& tp) {
+                                 int chunk, const TpSplit& tp, bool query_chunks) {
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
-  const size_t N = size_t(s.N()), b = backward ? 1 : 0, W = size_t(s.qkv_width());
+  const size_t N = size_t(s.N()), b = backward ? 1 : 0, W = size_t(s.qkv_width()), C = size_t(s.C);
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
+  const bool qc = query_chunks && R < Rn;
   fit(qkv, shared_qkv ? N * W : 0);
-  fit(datty, b * N * std::max(size_t(s.C), size_t(s.H) * s.D)), fit(dqkv, b * N * W);
+  if (qc)
+    fit(datty, b * R * size_t(s.H) * s.D), fit(dqkv, b * R * W),
+        fit(dkv, b * N * std::max(C, 2 * size_t(s.Hkv) * s.D));
+  else
+    fit(datty, b * N * std::max(C, size_t(s.H) * s.D)), fit(dqkv, b * N * W), fit(dkv, 0);
   fit(dnorm, b * R * size_t(s.C)), fit(dh, b * R * G * size_t(s.F)),
       fit(dgate_up, b * R * G * 2 * size_t(s.F));
 }
 
 size_t LlamaBlockScratch::bytes() const {
-  return qkv.bytes() + dnorm.bytes() + datty.bytes() + dqkv.bytes() + dh.bytes() + dgate_up.bytes();
+  return qkv.bytes() + dnorm.bytes() + datty.bytes() + dqkv.bytes() + dkv.bytes() + dh.bytes() +
+         dgate_up.bytes();
 }
 
 size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                    int chunk, const TpSplit& tp) {
+                                    int chunk, const TpSplit& tp, bool query_chunks) {
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
-  const size_t N = size_t(s.N()), W = size_t(s.qkv_width());
+  const size_t N = size_t(s.N()), W = size_t(s.qkv_width()), C = size_t(s.C), HD = size_t(s.H) * s.D;
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  const size_t whole = backward ? std::max(size_t(s.C), size_t(s.H) * s.D) + W : 0;
-  const size_t local = backward ? size_t(s.C) + G * 3 * size_t(s.F) : 0;
-  return (N * ((shared_qkv ? W : 0) + whole) + R * local) * sizeof(float);
+  const bool qc = query_chunks && R < Rn;
+  // Whole: datty, dqkv [N, ...]; query chunks: datty, dqkv [R, ...] and dkv [N, ...].
+  const size_t whole = backward && !qc ? std::max(C, HD) + W : 0;
+  const size_t kv_rows = backward && qc ? std::max(C, 2 * size_t(s.Hkv) * s.D) : 0;
+  const size_t local = backward ? C + G * 3 * size_t(s.F) + (qc ? HD + W : 0) : 0;
+  return (N * ((shared_qkv ? W : 0) + whole + kv_rows) + R * local) * sizeof(float);
 }
 
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& l,
@@ -135,24 +155,23 @@ struct Rows {
   }
 };
 
-// RMSNorm, the qkv projection and RoPE of chunk j (qkv: the layer's [N, W]).
-void qkv_chunk_forward(LlamaLayerActs& a, float* qkv, const float* x, const LlamaLayerTensors& w,
+// RMSNorm, the qkv projection and RoPE of chunk j into its rows dst [n G, W].
+void qkv_chunk_forward(LlamaLayerActs& a, float* dst, const float* x, const LlamaLayerTensors& w,
                        LinearOps& lin, const LlamaShape& s, const RopeTables& rope, const Rows& p, int j,
                        OpObserver* o) {
   const int r = p.rc.begin(j), n = p.rc.size(j), gr = r * p.G, gn = n * p.G, C = s.C, W = s.qkv_width(),
             HD = s.H * s.D;
   const size_t half = size_t(s.D) / 2;
   float* an = row_at(a.an, r, p.rc.N, C);
-  float* q = qkv + size_t(gr) * W;
   observed(o, "rmsnorm.fwd", 0, [&] {
     rmsnorm_forward(an, row_at(a.an_rstd, r, p.rc.N, 1), x + size_t(r) * C, w.attn_norm, n, C, s.eps);
   });
-  lin.column_forward(q, an, w.qkv_w, nullptr, {gn, C, W, "qkv", o});
+  lin.column_forward(dst, an, w.qkv_w, nullptr, {gn, C, W, "qkv", o});
   const float* cos = rope.cos + size_t(gr) * half;
   const float* sin = rope.sin + size_t(gr) * half;
   observed(o, "rope.fwd", 0, [&] {
-    rope_forward(q, W, gn, s.H, s.D, cos, sin);         // q heads
-    rope_forward(q + HD, W, gn, s.Hkv, s.D, cos, sin);  // k heads
+    rope_forward(dst, W, gn, s.H, s.D, cos, sin);         // q heads
+    rope_forward(dst + HD, W, gn, s.Hkv, s.D, cos, sin);  // k heads
   });
 }
 
@@ -166,7 +185,7 @@ void mlp_chunk_forward(LlamaLayerActs& a, float* out, const float* x, const Llam
   float* bn = row_at(a.bn, r, R, C);
   float* gate_up = row_at(a.gate_up, r, R, size_t(p.G) * 2 * F);
   float* h = row_at(a.h, r, R, size_t(p.G) * F);
-  lin.row_forward(residual2, a.atty.data() + size_t(r) * p.G * HD, w.o_w, nullptr,
+  lin.row_forward(residual2, row_at(a.atty, r, R, size_t(p.G) * HD), w.o_w, nullptr,
                   {gn, HD, C, "attn_proj", o});
   observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
   observed(o, "rmsnorm.fwd", 0,
@@ -179,6 +198,143 @@ void mlp_chunk_forward(LlamaLayerActs& a, float* out, const float* x, const Llam
   observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
 }
 
+// The backward of chunk j's MLP and output projection (recomputing first what `re` says): residual3 =
+// residual2 + down(swiglu(gate_up(rmsnorm(residual2)))), residual2 = x + o_proj(atty). datty: the
+// chunk's d(atty) rows [n G, H D].
+void mlp_chunk_backward(float* dres, float* datty, LlamaLayerActs& a, const float* x,
+                        const LlamaLayerTensors& w, const LlamaLayerTensors& g, LinearOps& lin,
+                        LlamaBlockScratch& sc, const LlamaShape& s, const Rows& p, int j, OpObserver* o,
+                        const Recompute& re) {
+  const int R = p.rc.N, C = s.C, HD = s.H * s.D, F = s.F;
+  const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
+  const size_t nC = size_t(n) * C;
+  float* residual2 = row_at(a.residual2, r, R, C);
+  float* bn = row_at(a.bn, r, R, C);
+  float* bn_rstd = row_at(a.bn_rstd, r, R, 1);
+  float* gate_up = row_at(a.gate_up, r, R, size_t(p.G) * 2 * F);
+  float* h = row_at(a.h, r, R, size_t(p.G) * F);
+  if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, s, p, j, o);
+  if (re.cheap) {  // the forward's own calls on the kept residual2 and gate_up
+    observed(o, "rmsnorm.fwd", 0, [&] { rmsnorm_forward(bn, bn_rstd, residual2, w.mlp_norm, n, C, s.eps); });
+    observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
+  }
+  float* dr = dres + size_t(r) * C;
+  float *dh = nullptr, *dnorm = nullptr;
+  float* dgate_up = sc.dgate_up.data();
+  observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(gn) * F); });
+  lin.row_backward(dh, g.down_w, nullptr, dr, h, w.down_w, {gn, F, C, "down", o});
+  observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, gate_up, gn, F); });
+  observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, nC); });
+  lin.column_backward(dnorm, g.gate_up_w, nullptr, dgate_up, bn, w.gate_up_w, {gn, C, 2 * F, "gate_up", o});
+  observed(o, "rmsnorm.bwd", 0,
+           [&] { rmsnorm_backward(dr, g.mlp_norm, dnorm, residual2, w.mlp_norm, bn_rstd, n, C); });
+  lin.row_backward(datty, g.o_w, nullptr, dr, row_at(a.atty, r, R, size_t(p.G) * HD), w.o_w,
+                   {gn, HD, C, "attn_proj", o});
+}
+
+// The backward of chunk j's RoPE, qkv projection and RMSNorm from its d(qkv) rows dq [n G, W] (rotated
+// back in place; the norm rerun first when rerun_norm).
+void qkv_chunk_backward(float* dres, float* dq, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
+                        const LlamaLayerTensors& g, LinearOps& lin, LlamaBlockScratch& sc,
+                        const LlamaShape& s, const RopeTables& rope, const Rows& p, int j, OpObserver* o,
+                        bool rerun_norm) {
+  const int R = p.rc.N, C = s.C, W = s.qkv_width(), HD = s.H * s.D;
+  const int r = p.rc.begin(j), n = p.rc.size(j), gr = r * p.G, gn = n * p.G;
+  const size_t half = size_t(s.D) / 2;
+  float* an = row_at(a.an, r, R, C);
+  float* an_rstd = row_at(a.an_rstd, r, R, 1);
+  float* dr = dres + size_t(r) * C;
+  float* dnorm = nullptr;
+  const float* cos = rope.cos + size_t(gr) * half;
+  const float* sin = rope.sin + size_t(gr) * half;
+  observed(o, "rope.bwd", 0, [&] {
+    rope_backward(dq, W, gn, s.H, s.D, cos, sin);
+    rope_backward(dq + HD, W, gn, s.Hkv, s.D, cos, sin);
+  });
+  if (rerun_norm)
+    observed(o, "rmsnorm.fwd", 0,
+             [&] { rmsnorm_forward(an, an_rstd, x + size_t(r) * C, w.attn_norm, n, C, s.eps); });
+  observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, size_t(n) * C); });
+  lin.column_backward(dnorm, g.qkv_w, nullptr, dq, an, w.qkv_w, {gn, C, W, "qkv", o});
+  observed(o, "rmsnorm.bwd", 0,
+           [&] { rmsnorm_backward(dr, g.attn_norm, dnorm, x + size_t(r) * C, w.attn_norm, an_rstd, n, C); });
+}
+
+// Query chunks against the K/V prefix (see gpt2_block.cpp): asked for, and more than one chunk.
+bool query_chunked(const LlamaShape& s, const Rows& p, const AttentionOp& attention) {
+  if (!s.query_chunks || p.rc.count() <= 1) return false;
+  ODY_CHECK(attention.chunks_queries() && p.G == 1, "block: query-chunked attention needs the local op");
+  return true;
+}
+
+void attention_chunk_forward(LlamaLayerActs& a, const float* qkv, KvRows kv, AttentionOp& attention,
+                             const LlamaShape& s, const Rows& p, int j, OpObserver* o) {
+  const int r = p.rc.begin(j), n = p.rc.size(j), N = s.N();
+  observed(o, "attention.fwd", 2.0 * s.H * double(n) * s.T * s.D, [&] {
+    attention.forward_chunk(row_at(a.atty, r, N, size_t(s.H) * s.D), row_at(a.lse, r, N, s.H), qkv, kv, r, n,
+                            s.T, s.H, s.D);
+  });
+}
+
+void chunked_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w, AttentionOp& attention,
+                     LinearOps& lin, const LlamaShape& s, const RopeTables& rope, const Rows& p,
+                     OpObserver* o) {
+  const int N = s.N(), W = s.qkv_width();
+  const FusedQkv f{s.H, s.Hkv, s.D};
+  ODY_CHECK(
+      a.qkv.size() >= size_t(p.rc.chunk_rows()) * W && a.atty.size() >= size_t(p.rc.chunk_rows()) * s.H * s.D,
+      "block forward: no query-chunk activations for {} tokens", N);
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
+  for (int j = 0; j < p.rc.count(); ++j) {
+    const int r = p.rc.begin(j), n = p.rc.size(j);
+    float* qkv = row_at(a.qkv, r, N, W);
+    qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+    store_kv(a.kv, qkv, r, n, f);
+    attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
+    mlp_chunk_forward(a, a.residual3.data(), x, w, lin, s, p, j, o);
+  }
+}
+
+// Chunks last first, as gpt2_block.cpp's chunked_backward; RoPE's backward rotates dq and the chunk's
+// complete dK back.
+void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
+                      const LlamaLayerTensors& g, AttentionOp& attention, LinearOps& lin,
+                      LlamaBlockScratch& sc, const LlamaShape& s, const RopeTables& rope, const Rows& p,
+                      OpObserver* o, const Recompute& re) {
+  const int N = s.N(), W = s.qkv_width(), HD = s.H * s.D, last = p.rc.count() - 1;
+  const FusedQkv f{s.H, s.Hkv, s.D};
+  ODY_CHECK(sc.dkv.size() >= size_t(N) * 2 * s.Hkv * s.D && sc.dqkv.size() >= size_t(p.rc.chunk_rows()) * W,
+            "block backward: no query-chunk scratch for {} tokens", N);
+  const bool q_local = !holds_rows(a.qkv, N, size_t(W)), out_local = !holds_rows(a.atty, N, size_t(HD));
+  if (re.qkv)  // the K/V prefix (and a whole qkv)
+    for (int j = 0; j <= last; ++j) {
+      float* qkv = row_at(a.qkv, p.rc.begin(j), N, W);
+      qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+      store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), f);
+    }
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * 2 * s.Hkv * s.D); });
+  const MutKvRows dkv = dkv_rows(sc.dkv, f);
+  for (int j = last; j >= 0; --j) {
+    const int r = p.rc.begin(j), n = p.rc.size(j);
+    float* qkv = row_at(a.qkv, r, N, W);
+    if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+    if (re.attention || (out_local && j != last)) attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
+    float *datty = nullptr, *dqkv = nullptr;
+    observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * HD); });
+    mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, s, p, j, o, re);
+    observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(n) * W); });
+    observed(o, "attention.bwd", 4.0 * s.H * double(n) * s.T * s.D, [&] {
+      attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, HD), row_at(a.lse, r, N, s.H), qkv, kv,
+                               r, n, s.T, s.H, s.D);
+    });
+    take_dkv(dqkv, sc.dkv, r, n, f);
+    // The norm is current when the qkv recompute above (or the forward's last chunk) wrote it.
+    qkv_chunk_backward(dres, dqkv, a, x, w, g, lin, sc, s, rope, p, j, o,
+                       !q_local && (re.cheap || re.token_local));
+  }
+}
+
 }  // namespace
 
 void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
@@ -188,8 +344,10 @@ void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTens
   const Rows p(lin, s);
   ODY_CHECK(a.h.size() >= size_t(p.rc.chunk_rows()) * p.G * s.F && a.residual3.size() >= size_t(p.rc.N) * s.C,
             "block forward: activations for fewer than {} tokens", N);
+  if (query_chunked(s, p, attention)) return chunked_forward(a, x, w, attention, lin, s, rope, p, o);
   float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();
-  for (int j = 0; j < p.rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+  for (int j = 0; j < p.rc.count(); ++j)
+    qkv_chunk_forward(a, qkv + size_t(p.rc.begin(j)) * p.G * s.qkv_width(), x, w, lin, s, rope, p, j, o);
   observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
            [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
   for (int j = 0; j < p.rc.count(); ++j) mlp_chunk_forward(a, a.residual3.data(), x, w, lin, s, p, j, o);
@@ -199,50 +357,24 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
                           const LlamaLayerTensors& g, AttentionOp& attention, LinearOps& lin,
                           LlamaBlockScratch& sc, const LlamaShape& s, const RopeTables& rope, OpObserver* o,
                           const Recompute& re) {
-  const int N = s.N(), C = s.C, W = s.qkv_width(), HD = s.H * s.D, F = s.F;
+  const int N = s.N(), W = s.qkv_width(), HD = s.H * s.D, F = s.F;
   const Rows p(lin, s);
-  const int R = p.rc.N;
-  const size_t half = size_t(s.D) / 2;
   ODY_CHECK(sc.dgate_up.size() >= size_t(p.rc.chunk_rows()) * p.G * 2 * F &&
                 a.h.size() >= size_t(p.rc.chunk_rows()) * p.G * F,
             "block backward: no backward scratch for {} tokens", N);
+  if (query_chunked(s, p, attention))
+    return chunked_backward(dres, a, x, w, g, attention, lin, sc, s, rope, p, o, re);
   float* qkv = a.qkv.size() ? a.qkv.data() : sc.qkv.data();
   if (re.qkv)
-    for (int j = 0; j < p.rc.count(); ++j) qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+    for (int j = 0; j < p.rc.count(); ++j)
+      qkv_chunk_forward(a, qkv + size_t(p.rc.begin(j)) * p.G * W, x, w, lin, s, rope, p, j, o);
   if (re.attention)
     observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
   float *datty = nullptr, *dqkv = nullptr;
   observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * HD); });
-  // MLP and output projection, chunk by chunk: residual3 = residual2 + down(swiglu(gate_up(rmsnorm(
-  // residual2)))), residual2 = x + o_proj(atty).
-  for (int j = 0; j < p.rc.count(); ++j) {
-    const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
-    const size_t nC = size_t(n) * C;
-    float* residual2 = row_at(a.residual2, r, R, C);
-    float* bn = row_at(a.bn, r, R, C);
-    float* bn_rstd = row_at(a.bn_rstd, r, R, 1);
-    float* gate_up = row_at(a.gate_up, r, R, size_t(p.G) * 2 * F);
-    float* h = row_at(a.h, r, R, size_t(p.G) * F);
-    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, s, p, j, o);
-    if (re.cheap) {  // the forward's own calls on the kept residual2 and gate_up
-      observed(o, "rmsnorm.fwd", 0,
-               [&] { rmsnorm_forward(bn, bn_rstd, residual2, w.mlp_norm, n, C, s.eps); });
-      observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
-    }
-    float* dr = dres + size_t(r) * C;
-    float *dh = nullptr, *dnorm = nullptr;
-    float* dgate_up = sc.dgate_up.data();
-    observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(gn) * F); });
-    lin.row_backward(dh, g.down_w, nullptr, dr, h, w.down_w, {gn, F, C, "down", o});
-    observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, gate_up, gn, F); });
-    observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, nC); });
-    lin.column_backward(dnorm, g.gate_up_w, nullptr, dgate_up, bn, w.gate_up_w, {gn, C, 2 * F, "gate_up", o});
-    observed(o, "rmsnorm.bwd", 0,
-             [&] { rmsnorm_backward(dr, g.mlp_norm, dnorm, residual2, w.mlp_norm, bn_rstd, n, C); });
-    lin.row_backward(datty + size_t(r) * p.G * HD, g.o_w, nullptr, dr, a.atty.data() + size_t(r) * p.G * HD,
-                     w.o_w, {gn, HD, C, "attn_proj", o});
-  }
+  for (int j = 0; j < p.rc.count(); ++j)
+    mlp_chunk_backward(dres, datty + size_t(p.rc.begin(j)) * p.G * HD, a, x, w, g, lin, sc, s, p, j, o, re);
   // Attention over the whole sequence.
   observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * W); });
   observed(o, "attention.bwd", 4.0 * s.B * s.H * double(s.T) * s.T * s.D, [&] {
@@ -252,29 +384,9 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
   // RoPE, qkv and RMSNorm, chunk by chunk (the norm recomputed when its buffer holds one chunk of
   // several, or was dropped by the cheap policy).
   const bool rerun_norm = re.cheap || (re.token_local && p.rc.count() > 1);
-  for (int j = 0; j < p.rc.count(); ++j) {
-    const int r = p.rc.begin(j), n = p.rc.size(j), gr = r * p.G, gn = n * p.G;
-    const size_t nC = size_t(n) * C;
-    float* an = row_at(a.an, r, R, C);
-    float* an_rstd = row_at(a.an_rstd, r, R, 1);
-    float* dr = dres + size_t(r) * C;
-    float* dq = dqkv + size_t(gr) * W;
-    float* dnorm = nullptr;
-    const float* cos = rope.cos + size_t(gr) * half;
-    const float* sin = rope.sin + size_t(gr) * half;
-    observed(o, "rope.bwd", 0, [&] {
-      rope_backward(dq, W, gn, s.H, s.D, cos, sin);
-      rope_backward(dq + HD, W, gn, s.Hkv, s.D, cos, sin);
-    });
-    if (rerun_norm)
-      observed(o, "rmsnorm.fwd", 0,
-               [&] { rmsnorm_forward(an, an_rstd, x + size_t(r) * C, w.attn_norm, n, C, s.eps); });
-    observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, nC); });
-    lin.column_backward(dnorm, g.qkv_w, nullptr, dq, an, w.qkv_w, {gn, C, W, "qkv", o});
-    observed(o, "rmsnorm.bwd", 0, [&] {
-      rmsnorm_backward(dr, g.attn_norm, dnorm, x + size_t(r) * C, w.attn_norm, an_rstd, n, C);
-    });
-  }
+  for (int j = 0; j < p.rc.count(); ++j)
+    qkv_chunk_backward(dres, dqkv + size_t(p.rc.begin(j)) * p.G * W, a, x, w, g, lin, sc, s, rope, p, j, o,
+                       rerun_norm);
 }
 
 }  // namespace odyssey

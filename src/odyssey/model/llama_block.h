@@ -10,7 +10,8 @@
 // kept for backward is the rotated one (what attention read); RoPE's backward rotates dq, dk back.
 //
 // Sequence chunking (LlamaShape::chunk) as in gpt2_block.h: every token-local op (norms, projections,
-// RoPE, SwiGLU, residual adds) runs over row chunks, the attention over the whole sequence.
+// RoPE, SwiGLU, residual adds) runs over row chunks, the attention over the whole sequence or, with
+// LlamaShape::query_chunks, per query chunk against the (rotated) K/V prefix.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +36,7 @@ struct LlamaShape {
   int B, T, C, H, Hkv, D, F;
   float eps;
   int chunk = 0;
+  bool query_chunks = false;  // the attention per query chunk against the K/V prefix (gpt2_block.h)
   int N() const { return B * T; }
   int qkv_width() const { return (H + 2 * Hkv) * D; }
   // Fails naming model.n_head, model.n_kv_head or model.d_ff when the model does not split over tp.
@@ -53,7 +55,8 @@ struct RopeTables {
 struct LlamaLayerActs {
   FloatBuffer an, an_rstd;      // [N, C], [N]  rmsnorm(x)
   FloatBuffer qkv;              // [N, (H + 2 Hkv) D] after RoPE; empty when the attention op saves its own
-  FloatBuffer atty, lse;        // [N, H D], [B, H, T]
+  FloatBuffer kv;               // [N, 2 Hkv D] K (after RoPE) and V of every row when qkv holds one chunk
+  FloatBuffer atty, lse;        // [N, H D], [B, H, T] (or one query chunk's)
   FloatBuffer residual2;        // [N, C]  x + attention
   FloatBuffer bn, bn_rstd;      // [N, C], [N]  rmsnorm(residual2)
   FloatBuffer gate_up;          // [N, 2F]
@@ -71,19 +74,23 @@ struct LlamaLayerActs {
 };
 
 // Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's
-// activation gradients (c rows: one chunk). datty also carries the stage's d(final norm output)
-// from the LM head to the final norm's backward (hence max(C, H D) wide).
+// activation gradients (c rows: one chunk). With query chunks (more than one chunk) datty and dqkv
+// hold one chunk and dkv the dK, dV of every row. head_grad() carries the stage's d(final norm output)
+// from the LM head to the final norm's backward: datty (max(C, H D) wide) when it holds every row,
+// else dkv (max(C, 2 Hkv D) wide).
 struct LlamaBlockScratch {
   FloatBuffer qkv;           // [N, (H + 2 Hkv) D] only when layers keep no qkv
-  FloatBuffer datty, dqkv;   // [N, max(C, H D)], [N, (H + 2 Hkv) D]
+  FloatBuffer datty, dqkv;   // [N, max(C, H D)], [N, (H + 2 Hkv) D] (query chunks: [c, H D], [c, ...])
+  FloatBuffer dkv;           // query chunks: [N, max(C, 2 Hkv D)]
   FloatBuffer dnorm;         // [c, C]
   FloatBuffer dh, dgate_up;  // [c, F], [c, 2F]
 
   void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
-                const TpSplit& tp = {});
+                const TpSplit& tp = {}, bool query_chunks = false);
+  float* head_grad() { return dkv.size() ? dkv.data() : datty.data(); }
   size_t bytes() const;
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
-                          int chunk = 0, const TpSplit& tp = {});
+                          int chunk = 0, const TpSplit& tp = {}, bool query_chunks = false);
 };
 
 // Where one layer's tensors are now (parameters or gradients); q|k|v and gate|up are adjacent in the

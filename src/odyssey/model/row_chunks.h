@@ -30,12 +30,16 @@ inline float* row_at(FloatBuffer& b, int r, int N, size_t width) {
 
 // How many rows each group of a layer's activation buffers holds (-1: all N, 0: none): what a layer
 // keeps for its backward (`stored`), what the `cheap` policy recomputes instead of keeping (the norm
-// outputs and the MLP activation), the sequence-wide attention tensors and the output.
+// outputs and the MLP activation), the attention tensors and the output. A layer whose attention runs
+// per query chunk (model/kv_prefix.h) may hold its qkv for one chunk, with the K/V of every row beside
+// it (`qkv`), and its attention output and lse for one chunk (`attention`).
 struct LayerRows {
   int stored = -1;
   int cheap = -1;
-  bool sequence = true;
+  bool sequence = true;  // false: no qkv, attention output or lse at all
   bool output = true;
+  int qkv = -1;
+  int attention = -1;
 };
 
 }  // namespace odyssey
