@@ -1,8 +1,9 @@
 # Pipeline parallelism end to end (tensor-pipeline-parallelism.md §3): GPT-2 (tied embeddings) and
 # Llama (untied, GQA), 9 layers (no stage count divides them), 10 steps at pp 2 and 4 under GPipe,
-# 1F1B and interleaved (v = 2), pp2 x dp2 ZeRO-1, GPT-2 pp2 x dp2 ZeRO-0/2/3 and an explicit split,
-# Llama pp2 x Ulysses 2 and pp2 x ring 2: every step's loss within relative 1e-5 of the single
-# process, and the validation loss too; untied Llama's pipelined losses are bitwise; memory.checkpoint
+# 1F1B, zero-bubble ZB-H1 (zb1) and interleaved (v = 2), pp2 x dp2 ZeRO-1 (1F1B and zb1), GPT-2 pp2 x
+# dp2 ZeRO-0/2/3 and an explicit split, Llama pp2 x Ulysses 2 and pp2 x ring 2: every step's loss
+# within relative 1e-5 of the single process, and the validation loss too; untied Llama's pipelined
+# losses are bitwise, and zb1's are bitwise 1F1B's for both models; memory.checkpoint
 # = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4
 # to the same losses; eval, generate and export read a pp-trained checkpoint; the metrics carry the
 # pipeline's figures per stage; the memory check counts a rank's stages; impossible layouts are
@@ -65,11 +66,13 @@ for arch in gpt2 llama; do
   write_config $arch
   cfg="$WORK/$arch.toml"
   run ${arch}_ref 1
-  for schedule in gpipe 1f1b; do
+  # zb1's weight gradients run later (W) but in micro-batch order with the same GEMMs: bitwise too.
+  for schedule in gpipe 1f1b zb1; do
     for pp in 2 4; do
       run ${arch}_pp${pp}_$schedule $pp --set parallel.pp=$pp --set parallel.pp_schedule=$schedule
       compare_all ${arch}_pp${pp}_$schedule ${arch}_ref
       [ $arch = llama ] && same_losses ${arch}_pp${pp}_$schedule ${arch}_ref
+      [ $schedule = zb1 ] && same_losses ${arch}_pp${pp}_zb1 ${arch}_pp${pp}_1f1b
     done
   done
   for pp in 2 4; do
@@ -80,6 +83,10 @@ for arch in gpt2 llama; do
   done
   run ${arch}_pp2_dp2_zero1 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero_stage=1
   compare_all ${arch}_pp2_dp2_zero1 ${arch}_ref
+  run ${arch}_pp2_dp2_zero1_zb1 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero_stage=1 \
+    --set parallel.pp_schedule=zb1
+  compare_all ${arch}_pp2_dp2_zero1_zb1 ${arch}_ref
+  same_losses ${arch}_pp2_dp2_zero1_zb1 ${arch}_pp2_dp2_zero1
 
   # A checkpoint written at pp2 after 4 steps resumes at pp1 and at pp4 (interleaved) to step 10.
   run ${arch}_part 2 --set parallel.pp=2 --set train.exit_after=4
@@ -112,6 +119,9 @@ compare_all llama_pp2_ring2 llama_ref
 # Memory modes change no number in a pipeline either (each stage recomputes its own layers).
 run llama_pp2_full 2 --set parallel.pp=2 --set parallel.pp_schedule=1f1b --set memory.checkpoint=full
 same_losses llama_pp2_full llama_pp2_1f1b
+# zb1 records the operands of recomputed layers (copied before the recompute buffers are reused).
+run llama_pp2_zb1_full 2 --set parallel.pp=2 --set parallel.pp_schedule=zb1 --set memory.checkpoint=full
+same_losses llama_pp2_zb1_full llama_pp2_1f1b
 
 # The metrics name the pipeline's figures, one per stage's rank.
 tail -n 1 "$WORK/gpt2_pp4_1f1b/metrics.jsonl" | python3 -c '
@@ -123,6 +133,14 @@ assert len(p["wait_ms"]) == 4 and len(p["peak_in_flight"]) == 4, p
 assert p["peak_in_flight"] == [4, 3, 2, 1], p  # P - r (spec 3.8)
 assert r["pp_wait_ms"] == p["wait_ms"], r
 assert 0 <= p["bubble_fraction"] < 1, p' && echo "ok: pipeline metrics" || fail "pipeline metrics: $(tail -n 1 "$WORK/gpt2_pp4_1f1b/metrics.jsonl")"
+# zb1 holds min(P, m) micro-batches on every rank (from F until W: the weight GEMMs' operands), and
+# its deferred operands show in the activation bytes: the last rank holds more than under 1F1B.
+python3 - "$WORK/gpt2_pp4_zb1/metrics.jsonl" "$WORK/gpt2_pp4_1f1b/metrics.jsonl" <<'PY' && echo "ok: zb1 pipeline metrics" || fail "zb1 pipeline metrics: $(tail -n 1 "$WORK/gpt2_pp4_zb1/metrics.jsonl")"
+import json, sys
+zb, ob = (json.loads(open(f).read().splitlines()[-1])["pipeline"] for f in sys.argv[1:])
+assert zb["schedule"] == "zb1" and zb["peak_in_flight"] == [4, 4, 4, 4], zb
+assert zb["activation_bytes"][3] > ob["activation_bytes"][3], (zb, ob)
+PY
 
 # eval, generate and export read a pp-trained checkpoint.
 eval_loss() { "$ODYSSEY" eval --checkpoint "$1" --data "$WORK/data/shards/val_*.bin" --max-rows 4 | grep -oE '"loss":[^,}]*' | cut -d: -f2; }
@@ -166,4 +184,10 @@ bad "an empty stage" "at least one layer" 2 --set parallel.pp=2 --set "parallel.
 bad "more stages than layers" "model.n_layer" 4 --set parallel.pp=4 --set parallel.pp_schedule=interleaved \
   --set parallel.pp_virtual=3
 bad "unknown schedule" "parallel.pp_schedule" 2 --set parallel.pp=2 --set parallel.pp_schedule=zb2
+bad "zb1 with virtual stages" "parallel.pp_virtual = 2 needs parallel.pp_schedule = interleaved" 2 \
+  --set parallel.pp=2 --set parallel.pp_schedule=zb1 --set parallel.pp_virtual=2
+for zero in 2 3; do
+  bad "zb1 with ZeRO-$zero" "parallel.pp_schedule = zb1 needs parallel.zero_stage 0 or 1, got $zero" 4 \
+    --set parallel.pp=2 --set parallel.dp=2 --set parallel.pp_schedule=zb1 --set parallel.zero_stage=$zero
+done
 finish

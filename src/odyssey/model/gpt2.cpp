@@ -205,7 +205,7 @@ void GPT2::backward(StageActivations& acts) {
   backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                   [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
                     gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                                        resolve_layer(names_.layer(l), d), *attention_, local_linears(),
+                                        resolve_layer(names_.layer(l), d), *attention_, backward_linears(),
                                         a.scratch, shape(a), o, re);
                   });
   if (!emb) return;                                                   // a.dres holds d(input)

@@ -113,6 +113,13 @@ std::vector<Table> build_schedule(PipelineSchedule schedule, const PipelineShape
   return tables;
 }
 
+void check_schedule_zero_stage(PipelineSchedule schedule, int zero_stage) {
+  ODY_CHECK(schedule != PipelineSchedule::zb1 || zero_stage <= 1,
+            "parallel.pp_schedule = zb1 needs parallel.zero_stage 0 or 1, got {} (ZeRO 2-3 reduce each "
+            "micro-batch's gradients when its backward ends; zb1 defers the weight gradients)",
+            zero_stage);
+}
+
 ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const PipelineShape& s, double t_f,
                                      double t_b, double t_w) {
   const int S = s.stages();

@@ -53,6 +53,10 @@ std::string to_string(const PipeAction& a);  // "F(3,1)", "I(3,1)", "W(3,1)"
 // oldest first. Rank 0 never defers, rank P-1 defers up to P-1.
 std::vector<std::vector<PipeAction>> build_schedule(PipelineSchedule schedule, const PipelineShape& shape);
 
+// zb1 runs the weight gradients after the backward that ZeRO 2-3 end each micro-batch's gradients
+// with (their reduce-scatter): only ZeRO 0-1 compose with it; refused naming both keys otherwise.
+void check_schedule_zero_stage(PipelineSchedule schedule, int zero_stage);
+
 struct ScheduleSimulation {
   double step_time = 0;        // until the last rank finishes
   double bubble_fraction = 0;  // idle time / (P x step time)

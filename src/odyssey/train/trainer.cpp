@@ -21,6 +21,7 @@
 #include "odyssey/core/zero_pages.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/model/deferred_weight_grads.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/pipeline_schedule.h"
@@ -243,12 +244,18 @@ struct Run {
       HostMemoryNeed n;
       n.state_per_rank = state_bytes;
       n.tokens_per_rank = seq_len() / grid.sp().size();
-      size_t largest = 0;
+      // zb1: a micro-batch between its I and W holds its weight GEMMs' operands instead of its
+      // activations; the one being recorded holds both (parallel/pipeline.h).
+      const bool zb1 = pipeline && config.parallel.pp_schedule == PipelineSchedule::zb1;
+      size_t largest = 0, recorded = 0;
       for (auto& model : models) {
         model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
         largest = std::max(largest, model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank));
+        if (zb1)
+          recorded = std::max(
+              recorded, deferred_weight_grad_bytes_for(*model, int64_t(tc.micro_batch) * n.tokens_per_rank));
       }
-      n.activations_per_rank = largest * size_t(in_flight);
+      n.activations_per_rank = std::max(largest, recorded) * size_t(in_flight) + recorded;
       n.ranks_on_host = host_layout(world).local_size;
       n.seq_len = seq_len();
       n.micro_batch = tc.micro_batch;
