@@ -15,9 +15,9 @@ PipelineRunner::PipelineRunner(Communicator& pp, std::vector<Stage*> chunks, con
   ODY_CHECK(int(chunks_.size()) == shape.v,
             "pipeline: {} stages on this rank, expected parallel.pp_virtual = {}", chunks_.size(), shape.v);
   const auto tables = build_schedule(schedule, shape);
-  validate_schedule(tables, shape);
   actions_ = tables[size_t(pp.rank())];
   split_backward_ = schedule == PipelineSchedule::zb1;
+  unit_cost_bubble_ = validate_schedule(tables, shape, 1, 2, 1).bubble_fraction;
 }
 
 void PipelineRunner::set_engines(std::vector<ZeroEngine*> engines) {
@@ -56,6 +56,11 @@ void PipelineRunner::release(int chunk, int mb) {
   in_flight_.erase(it);
 }
 
+void PipelineRunner::add_compute(PipeAction::Kind kind, double seconds) {
+  compute_s_ += seconds;
+  compute_by_kind_[size_t(kind)] += seconds;
+}
+
 void PipelineRunner::track_in_flight() {
   size_t bytes = 0;
   for (const auto& [key, s] : in_flight_) bytes += s->acts->bytes() + s->input.bytes() + s->out_grad.bytes();
@@ -86,14 +91,14 @@ void PipelineRunner::forward(int stage_index, const PipelineMicroBatch& mb, floa
   Timer compute;
   stage.forward(*f.acts, mb.inputs, mb.targets, mb.positions, mb.B, mb.T);
   if (stage_index + 1 < S) {
-    compute_s_ += compute.seconds();
+    add_compute(PipeAction::forward, compute.seconds());
     f.send =
         pp_.send_async(f.acts->output(), hidden, DType::f32, (stage_index + 1) % P, p2p_tag::pp_activation);
   } else {
     int64_t n = 0;
     *loss += stage.loss(*f.acts, dloss, &n);
     *counted += n;
-    compute_s_ += compute.seconds();
+    add_compute(PipeAction::forward, compute.seconds());
   }
   track_in_flight();
 }
@@ -124,7 +129,7 @@ void PipelineRunner::backward(int stage_index, const PipelineMicroBatch& mb, Def
   stage.backward(*f.acts);
   stage.set_deferred_weight_grads(nullptr);
   if (engine) engine->end_micro_step();
-  compute_s_ += compute.seconds();
+  add_compute(later ? PipeAction::input : PipeAction::backward, compute.seconds());
   if (stage_index > 0)
     f.send =
         pp_.send_async(f.acts->input_grad(), hidden, DType::f32, (stage_index - 1) % P, p2p_tag::pp_gradient);
@@ -147,7 +152,7 @@ void PipelineRunner::weight(int stage_index, int mb, bool last) {
       if (!use.forward) engine->after_backward(use.unit);
     engine->end_micro_step();
   }
-  compute_s_ += compute.seconds();
+  add_compute(PipeAction::weight, compute.seconds());
   free_deferred_.push_back(std::move(it->second));
   deferred_.erase(it);
 }
@@ -167,6 +172,7 @@ double PipelineRunner::run(const std::function<PipelineMicroBatch(int)>& micro_b
   double loss = 0;
   int64_t counted = 0;
   wait_s_ = compute_s_ = 0;
+  compute_by_kind_ = {};
   peak_in_flight_ = 0;
   peak_bytes_ = 0;
   std::vector<int> backwards_left(chunks_.size(), shape_.m);
@@ -204,6 +210,7 @@ double PipelineRunner::run_forward(const std::function<PipelineMicroBatch(int)>&
   double loss = 0;
   int64_t counted = 0;
   wait_s_ = compute_s_ = 0;
+  compute_by_kind_ = {};
   for (int j = 0; j < m; ++j)
     for (int chunk = 0; chunk < shape_.v; ++chunk) {
       PipelineMicroBatch mb = micro_batch(j);

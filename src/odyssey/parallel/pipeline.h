@@ -20,6 +20,7 @@
 // finishes, refused).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <map>
 #include <memory>
@@ -65,6 +66,11 @@ class PipelineRunner {
   double wait_seconds() const { return wait_s_; }        // blocked in receives during the last run
   double compute_seconds() const { return compute_s_; }  // in the stages' forward/loss/backward
   double run_seconds() const { return run_s_; }          // the whole of the last run
+  // compute_seconds() by action kind (indexed by PipeAction::Kind; a forward includes its loss).
+  const std::array<double, 4>& compute_seconds_by_kind() const { return compute_by_kind_; }
+  // The schedule's idle fraction in the unit-time simulation with t_F = 1, t_B = 2 (t_I = t_W = 1):
+  // what the action table alone costs, independent of the machine's load.
+  double unit_cost_bubble() const { return unit_cost_bubble_; }
   // Micro-batch stages held at once during the last run, and their activation bytes then (with the
   // received hidden states and gradients).
   int peak_in_flight() const { return peak_in_flight_; }
@@ -88,6 +94,7 @@ class PipelineRunner {
   // W: the GEMMs I recorded; the chunk's last W completes the step's gradients (last).
   void weight(int stage, int mb, bool last);
   void wait_sends();
+  void add_compute(PipeAction::Kind kind, double seconds);
   void track_in_flight();
 
   Communicator& pp_;
@@ -100,7 +107,8 @@ class PipelineRunner {
   std::vector<Deferred> free_deferred_;                                 // reusable
   std::vector<ZeroEngine*> engines_;
   bool split_backward_ = false;  // zb1: I and W instead of B
-  double wait_s_ = 0, compute_s_ = 0, run_s_ = 0;
+  double wait_s_ = 0, compute_s_ = 0, run_s_ = 0, unit_cost_bubble_ = 0;
+  std::array<double, 4> compute_by_kind_{};
   int peak_in_flight_ = 0;
   size_t peak_bytes_ = 0;
 };

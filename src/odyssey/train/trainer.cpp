@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -416,26 +417,38 @@ std::pair<uint64_t, uint64_t> peak_rss(Communicator& world) {
 nlohmann::json pipeline_metrics(Run& run, const StepResult& step, double step_ms) {
   Communicator& pp = run.grid.pp();
   const PipelineRunner& runner = *run.pipeline;
-  double mine[5] = {step.pp_wait_ms, step.pp_compute_ms, step.pp_run_ms, double(runner.peak_in_flight()),
-                    double(runner.peak_activation_bytes())};
-  std::vector<double> all(size_t(5 * pp.size()));
-  pp.all_gather(mine, all.data(), 5 * sizeof(double), DType::u8);
+  // (and the compute time by action kind: F, B, I, W)
+  const std::array<double, 4>& kind_s = runner.compute_seconds_by_kind();
+  constexpr int kFigures = 9;
+  double mine[kFigures] = {step.pp_wait_ms,
+                           step.pp_compute_ms,
+                           step.pp_run_ms,
+                           double(runner.peak_in_flight()),
+                           double(runner.peak_activation_bytes()),
+                           1e3 * kind_s[0],
+                           1e3 * kind_s[1],
+                           1e3 * kind_s[2],
+                           1e3 * kind_s[3]};
+  std::vector<double> all(size_t(kFigures * pp.size()));
+  pp.all_gather(mine, all.data(), kFigures * sizeof(double), DType::u8);
   nlohmann::json j = {{"schedule", enum_name(kPipelineScheduleNames, run.config.parallel.pp_schedule)},
                       {"P", run.shape.P},
                       {"v", run.shape.v},
                       {"m", run.shape.m}};
   double compute = 0, longest = 0;
   for (int r = 0; r < pp.size(); ++r) {
-    const double* x = &all[size_t(5 * r)];
+    const double* x = &all[size_t(kFigures * r)];
     j["wait_ms"].push_back(x[0]);
     j["compute_ms"].push_back(x[1]);
     j["run_ms"].push_back(x[2]);
     j["peak_in_flight"].push_back(int(x[3]));
     j["activation_bytes"].push_back(uint64_t(x[4]));
+    j["action_ms"].push_back({{"F", x[5]}, {"B", x[6]}, {"I", x[7]}, {"W", x[8]}});
     compute += x[1];
     longest = std::max(longest, x[2]);
   }
   j["bubble_fraction"] = longest > 0 ? 1.0 - compute / (pp.size() * longest) : 0.0;
+  j["bubble_unit_cost"] = runner.unit_cost_bubble();  // the action table's own, load-independent
   j["run_fraction_of_step"] = step_ms > 0 ? longest / step_ms : 0.0;
   return j;
 }
