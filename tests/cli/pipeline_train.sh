@@ -107,6 +107,10 @@ for zero in 0 2 3; do
   run gpt2_pp2_dp2_zero$zero 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero_stage=$zero
   compare_all gpt2_pp2_dp2_zero$zero gpt2_ref
 done
+# zb1's last W launches ZeRO-0's all-reduces (every unit's gradients complete then).
+run gpt2_pp2_dp2_zero0_zb1 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero_stage=0 \
+  --set parallel.pp_schedule=zb1
+same_losses gpt2_pp2_dp2_zero0_zb1 gpt2_pp2_dp2_zero0
 run gpt2_pp2_split 2 --set parallel.pp=2 --set "parallel.pp_layers=[1,8]"
 compare_all gpt2_pp2_split gpt2_ref
 grep -q 'layers \[0, 1) \[1, 9)' "$WORK/gpt2_pp2_split.log" && echo "ok: the explicit split is printed" ||
