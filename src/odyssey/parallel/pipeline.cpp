@@ -16,16 +16,14 @@ PipelineRunner::PipelineRunner(Communicator& pp, std::vector<Stage*> chunks, con
             "pipeline: {} stages on this rank, expected parallel.pp_virtual = {}", chunks_.size(), shape.v);
   const auto tables = build_schedule(schedule, shape);
   actions_ = tables[size_t(pp.rank())];
-  split_backward_ = schedule == PipelineSchedule::zb1;
+  schedule_ = schedule;
   unit_cost_bubble_ = validate_schedule(tables, shape, 1, 2, 1).bubble_fraction;
 }
 
 void PipelineRunner::set_engines(std::vector<ZeroEngine*> engines) {
   ODY_CHECK(engines.empty() || engines.size() == chunks_.size(), "pipeline: {} engines for {} stages",
             engines.size(), chunks_.size());
-  for (ZeroEngine* e : engines)
-    check_schedule_zero_stage(split_backward_ ? PipelineSchedule::zb1 : PipelineSchedule::one_f_one_b,
-                              e->stage());
+  for (ZeroEngine* e : engines) check_schedule_zero_stage(schedule_, e->stage());
   engines_ = std::move(engines);
 }
 

@@ -106,7 +106,7 @@ class PipelineRunner {
   std::map<std::pair<int, int>, Deferred> deferred_;                    // (chunk, mb): I done, W pending
   std::vector<Deferred> free_deferred_;                                 // reusable
   std::vector<ZeroEngine*> engines_;
-  bool split_backward_ = false;  // zb1: I and W instead of B
+  PipelineSchedule schedule_ = PipelineSchedule::one_f_one_b;  // as built
   double wait_s_ = 0, compute_s_ = 0, run_s_ = 0, unit_cost_bubble_ = 0;
   std::array<double, 4> compute_by_kind_{};
   int peak_in_flight_ = 0;
