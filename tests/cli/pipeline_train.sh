@@ -6,7 +6,7 @@
 # losses are bitwise, and zb1's are bitwise 1F1B's for both models; memory.checkpoint
 # = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4
 # to the same losses; eval, generate and export read a pp-trained checkpoint; the metrics carry the
-# pipeline's figures per stage; the memory check counts a rank's stages; impossible layouts are
+# pipeline's figures per stage; the memory check counts a rank's stages (and zb1's deferred operands); impossible layouts are
 # refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -168,6 +168,18 @@ whole=$(per_rank 1) staged=$(per_rank 4 --set parallel.pp=4)
 [ -n "$whole" ] && [ -n "$staged" ] && [ "$staged" -lt $((whole / 2)) ] &&
   echo "ok: the memory check counts a pp4 rank's stages ($staged of $whole parameters)" ||
   fail "memory check under pp4: '$staged' parameters per rank of '$whole'"
+
+# zb1 keeps each micro-batch's weight-GEMM operands from its I to its W: under full checkpointing
+# (which keeps only the layers' outputs) the memory check counts more activation bytes than 1F1B's.
+dry_acts() {  # dry_acts SCHEDULE: activation bytes per rank of a pp2 dry run
+  mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$WORK/gpt2.toml" --set "checkpoint.dir=$WORK/dry_$1" \
+    --set parallel.pp=2 --set parallel.pp_schedule=$1 --set memory.checkpoint=full --dry-run 2>/dev/null |
+    grep -oE '"activation_bytes_per_rank":[0-9]+' | head -n 1 | cut -d: -f2
+}
+a1=$(dry_acts 1f1b) az=$(dry_acts zb1)
+[ -n "$a1" ] && [ -n "$az" ] && [ "$az" -gt "$a1" ] &&
+  echo "ok: the memory check counts zb1's deferred operands ($az vs 1F1B's $a1 bytes)" ||
+  fail "memory check under zb1: '$az' activation bytes vs 1F1B's '$a1'"
 
 # Impossible layouts, named by key, before any work.
 bad() {  # bad NAME PATTERN NP ARGS...
