@@ -6,8 +6,8 @@
 # losses are bitwise, and zb1's are bitwise 1F1B's for both models; memory.checkpoint
 # = full under pp2 is bitwise none. A checkpoint written at pp2 after 4 steps resumes at pp1 and pp4
 # to the same losses; eval, generate and export read a pp-trained checkpoint; the metrics carry the
-# pipeline's figures per stage; the memory check counts a rank's stages (and zb1's deferred operands); impossible layouts are
-# refused naming the key.
+# pipeline's figures per stage; the memory check counts a rank's stages (and zb1's deferred
+# operands); impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 make_shards "$WORK/data"
