@@ -1,6 +1,7 @@
 // Pipeline parallelism's runtime over the world as the pp group (np 1, 2, 4): GPT-2 (tied) and Llama
 // (untied, GQA) with a layer count the stages do not divide, cut by split_layers into P v stages,
-// every schedule (GPipe, 1F1B; interleaved with v = 2 where m % P == 0), m micro-batches of odd shape:
+// every schedule (GPipe, 1F1B, zb1 with its deferred weight gradients; interleaved with v = 2 where
+// m % P == 0), m micro-batches of odd shape:
 // the summed loss equals the single-process accumulation bitwise, and so does every parameter
 // gradient of every stage, except the tied embedding, whose first- and last-stage copies summed are
 // within 1e-6 of the single process's (spec §3.7: the same terms in another order).
@@ -121,6 +122,7 @@ TEST(Pipeline, EverySchedulesGivesTheSingleProcessStep) {
   for (const char* arch : {"gpt2", "llama"}) {
     check(arch, PipelineSchedule::gpipe, 1);
     check(arch, PipelineSchedule::one_f_one_b, 1);
+    check(arch, PipelineSchedule::zb1, 1);
     if (world().size() > 1) check(arch, PipelineSchedule::interleaved, 2);
   }
 }

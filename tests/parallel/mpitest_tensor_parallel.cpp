@@ -1,5 +1,6 @@
 // Tensor-parallel ops against the single-process ops (tensor-pipeline-parallelism.md §1): a
-// column-parallel linear followed by a row-parallel one (plain TP and Megatron TP-SP), the
+// column-parallel linear followed by a row-parallel one (plain TP and Megatron TP-SP; its backward
+// also split as zero-bubble pipelines run it: dx now, the weight GEMMs later), the
 // vocab-parallel embedding and the vocab-parallel cross-entropy, at tp = world size (1, 2, 4), on
 // odd sizes (37 features, 15 output features per rank at tp 4, a vocabulary of 103 padded to 104,
 // one of 3 where a tp-4 rank holds only padding). Every rank builds the global tensors from the same
@@ -21,6 +22,7 @@
 #include "odyssey/kernels/cross_entropy.h"
 #include "odyssey/kernels/embedding.h"
 #include "odyssey/kernels/linear.h"
+#include "odyssey/model/deferred_weight_grads.h"
 #include "odyssey/parallel/tp_linear.h"
 #include "odyssey/parallel/tp_ops.h"
 #include "odyssey/parallel/vocab_parallel.h"
@@ -111,6 +113,28 @@ void check_linear_pair(bool sp) {
     EXPECT_EQ(bwd_ar, 2 * f);
     EXPECT_EQ(bwd_ag + bwd_rs, 0u);
   }
+
+  // The zero-bubble split (model/deferred_weight_grads.h): dx and db now, bitwise the plain backward's;
+  // the weight gradients untouched until the recorded GEMMs run, then bitwise too (the operands were
+  // copied: under TP-SP the gathered dy and x share one scratch buffer).
+  Vec dh_s(n * Or, 0.0f), dx_s(rows * C, 0.0f), dW1_s(Or * C, 0.0f), db1_s(Or, 0.0f), dW2_s(C * Or, 0.0f),
+      db2_s(C, 0.0f);
+  DeferredWeightGrads later;
+  lin.row_backward_input(dh_s.data(), dW2_s.data(), db2_s.data(), dy_in.data(), h_r.data(), W2_r.data(), c2,
+                         later);
+  lin.column_backward_input(dx_s.data(), dW1_s.data(), db1_s.data(), dh_s.data(), x_in.data(), W1_r.data(),
+                            c1, later);
+  if (sp) tp_all_reduce(tp, db2_s.data(), C);
+  EXPECT_EQ(dh_s, dh_r);
+  EXPECT_EQ(dx_s, dx_out);
+  EXPECT_EQ(db1_s, db1_r);
+  EXPECT_EQ(db2_s, db2_out);
+  EXPECT_EQ(dW1_s, Vec(Or * C, 0.0f)) << "the weight GEMMs wait for run()";
+  EXPECT_EQ(later.bytes(), size_t(n * (C + Or) + n * (Or + C)) * sizeof(float));
+  later.run();
+  EXPECT_EQ(dW1_s, dW1_r);
+  EXPECT_EQ(dW2_s, dW2_r);
+  EXPECT_TRUE(later.empty());
 }
 
 TEST(TensorParallel, LinearPairPlain) {

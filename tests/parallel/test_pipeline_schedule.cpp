@@ -1,7 +1,7 @@
 // Pipeline schedules: for every small (P, v, m) each schedule's tables validate (every action once,
 // messages in order, no deadlock in the unit-time simulation), GPipe and 1F1B idle (P-1)/(m+P-1) of
-// the step and interleaved (P-1)/(vm+P-1) (t_B = 2 t_F, spec §3.8), and the peak in-flight
-// micro-batches are the spec's. Broken tables are refused with the reason.
+// the step and interleaved (P-1)/(vm+P-1) (t_B = 2 t_F, spec §3.8), ZB-H1 its formula (t_F = t_I = t_W),
+// and the peak in-flight micro-batches are the spec's. Broken tables are refused with the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +26,27 @@ TEST(PipelineSchedule, EverySmallCaseValidatesWithTheFormulaBubble) {
               << "P " << P << " m " << m << " rank " << r;
         ++cases;
       }
+      {
+        // ZB-H1 with t_F = t_I = t_W = 1: (P-1) idle units per rank; every rank holds min(P, m)
+        // micro-batches from F to W (rank 0 never defers; rank r defers r, on 1F1B's P - r).
+        const PipelineShape s{P, 1, m};
+        const auto tables = build_schedule(PipelineSchedule::zb1, s);
+        const ScheduleSimulation sim = validate_schedule(tables, s, 1, 2, 1);
+        if (m >= P) {
+          EXPECT_NEAR(sim.bubble_fraction, zb1_bubble_fraction(P, m, 1, 1, 1), 1e-12) << P << " " << m;
+        }
+        for (int r = 0; r < P; ++r) {
+          EXPECT_EQ(sim.peak_in_flight[size_t(r)], std::min(P, m))
+              << "P " << P << " m " << m << " rank " << r;
+          // Rank 0 runs each W right after its I.
+          if (r > 0) continue;
+          for (size_t i = 0; i < tables[0].size(); ++i)
+            if (tables[0][i].kind == PipeAction::input) {
+              EXPECT_EQ(tables[0][i + 1].kind, PipeAction::weight);
+            }
+        }
+        ++cases;
+      }
       for (int v = 2; v <= 3; ++v) {
         if (m % P) continue;
         const PipelineShape s{P, v, m};
@@ -41,7 +62,7 @@ TEST(PipelineSchedule, EverySmallCaseValidatesWithTheFormulaBubble) {
         ++cases;
       }
     }
-  EXPECT_GT(cases, 250);
+  EXPECT_GT(cases, 350);
 }
 
 TEST(PipelineSchedule, SpecFigures) {
@@ -51,6 +72,15 @@ TEST(PipelineSchedule, SpecFigures) {
               1e-4);
   EXPECT_NEAR(validate_schedule(build_schedule(PipelineSchedule::interleaved, b), b).bubble_fraction, 0.1579,
               1e-4);
+  // t_F = t_I = t_W = 1: 1F1B 27.3% vs ZB-H1 11.1%.
+  EXPECT_NEAR(validate_schedule(build_schedule(PipelineSchedule::zb1, a), a, 1, 2, 1).bubble_fraction, 0.1111,
+              1e-4);
+  // The last rank defers P - 1 = 3 W's: its 4th I is followed by the first W.
+  const auto zb = build_schedule(PipelineSchedule::zb1, a);
+  std::string last;
+  for (const PipeAction& x : zb[3]) last += to_string(x);
+  EXPECT_EQ(last.substr(0, 6 * 12),
+            "F(3,0)I(3,0)F(3,1)I(3,1)F(3,2)I(3,2)F(3,3)I(3,3)W(3,0)F(3,4)I(3,4)W(3,1)");
 }
 
 TEST(PipelineSchedule, BrokenTablesAreRefused) {
@@ -79,6 +109,45 @@ TEST(PipelineSchedule, BrokenTablesAreRefused) {
                      {{A::forward, 1, 0}, {A::forward, 1, 1}, {A::backward, 1, 0}, {A::backward, 1, 1}}})
                 .find("twice"),
             std::string::npos);
+  // Split backward: a W before its I, W's out of micro-batch order, B mixed with I/W.
+  EXPECT_NE(message({{{A::forward, 0, 0},
+                      {A::forward, 0, 1},
+                      {A::input, 0, 0},
+                      {A::weight, 0, 0},
+                      {A::input, 0, 1},
+                      {A::weight, 0, 1}},
+                     {{A::forward, 1, 0},
+                      {A::weight, 1, 0},
+                      {A::input, 1, 0},
+                      {A::forward, 1, 1},
+                      {A::input, 1, 1},
+                      {A::weight, 1, 1}}})
+                .find("deadlocks"),
+            std::string::npos);
+  EXPECT_NE(message({{{A::forward, 0, 0},
+                      {A::forward, 0, 1},
+                      {A::input, 0, 0},
+                      {A::input, 0, 1},
+                      {A::weight, 0, 1},
+                      {A::weight, 0, 0}},
+                     {{A::forward, 1, 0},
+                      {A::input, 1, 0},
+                      {A::weight, 1, 0},
+                      {A::forward, 1, 1},
+                      {A::input, 1, 1},
+                      {A::weight, 1, 1}}})
+                .find("micro-batch order"),
+            std::string::npos);
+  EXPECT_NE(message({{{A::forward, 0, 0},
+                      {A::forward, 0, 1},
+                      {A::input, 0, 0},
+                      {A::weight, 0, 0},
+                      {A::input, 0, 1},
+                      {A::weight, 0, 1}},
+                     {{A::forward, 1, 0}, {A::backward, 1, 0}, {A::forward, 1, 1}, {A::backward, 1, 1}}})
+                .find("actions, expected"),
+            std::string::npos);
+  EXPECT_THROW(build_schedule(PipelineSchedule::zb1, {2, 2, 4}), Error);          // v = 2
   EXPECT_THROW(build_schedule(PipelineSchedule::interleaved, {2, 2, 3}), Error);  // m % P
   EXPECT_THROW(build_schedule(PipelineSchedule::interleaved, {2, 1, 4}), Error);  // v = 1
   EXPECT_THROW(build_schedule(PipelineSchedule::one_f_one_b, {2, 2, 4}), Error);  // v = 2

@@ -220,8 +220,8 @@ void GPT2::backward(StageActivations& acts) {
   backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                   [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
                     gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                                        resolve_layer(names_.layer(l), d), *attention_, *linears_, a.scratch,
-                                        shape(a), o, re);
+                                        resolve_layer(names_.layer(l), d), *attention_, backward_linears(),
+                                        a.scratch, shape(a), o, re);
                   });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head

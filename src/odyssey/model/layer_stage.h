@@ -12,9 +12,11 @@
 // unit, as does an untied head.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "odyssey/core/buffer.h"
+#include "odyssey/model/deferred_weight_grads.h"
 #include "odyssey/model/lm_head.h"
 #include "odyssey/model/stage.h"
 
@@ -47,6 +49,12 @@ class LayerStage : public Stage {
   void set_tensor_parallel(LinearOps* linears, VocabOps* vocab) override;
   int64_t residual_rows(int64_t n) const override { return split().rows(n); }
   void set_memory(const MemoryOptions& memory) override;
+  void set_deferred_weight_grads(DeferredWeightGrads* later) override {
+    if (later)
+      deferring_.emplace(*linears_, *later);  // the stage's own linears (tensor-parallel or local)
+    else
+      deferring_.reset();
+  }
   const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
   size_t attention_bytes() const override { return attention_->bytes(); }
 
@@ -78,6 +86,12 @@ class LayerStage : public Stage {
   double head_loss(const float* x, const ParamInfo* head, const int* targets, float* losses, float* block,
                    int chunk, float* dx, int N, float dloss, int64_t* count);
 
+  // The blocks' linear seam in backward: the linears, or with deferred weight gradients those that
+  // record their weight GEMMs.
+  LinearOps& backward_linears() {
+    return deferring_ ? static_cast<LinearOps&>(*deferring_) : *linears_;
+  }
+
   // Layers whose attention keeps saved tensors at once (1 under full checkpointing; keep_attention keeps
   // every layer's).
   int layers_saving_attention() const {
@@ -100,6 +114,7 @@ class LayerStage : public Stage {
   LayerHooks* hooks_ = &no_hooks_;
   OpObserver* observer_ = nullptr;
   MemoryOptions memory_;
+  std::optional<DeferringLinears> deferring_;  // while weight gradients are deferred
 };
 
 }  // namespace odyssey

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "odyssey/kernels/linear.h"
+#include "odyssey/model/deferred_weight_grads.h"
 
 namespace odyssey {
 
@@ -60,6 +61,19 @@ void LocalLinears::row_forward(float* y, const float* x_r, const float* W_r, con
 void LocalLinears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
                                 const float* W_r, const LinearCall& c) {
   column_backward(dx_r, dW_r, db, dy, x_r, W_r, c);  // one rank: the same linear
+}
+
+void LocalLinears::column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                         const float* x, const float* W_r, const LinearCall& c,
+                                         DeferredWeightGrads& later) {
+  observed_backward_input(c, dx, dy_r, W_r);
+  later.record(dW_r, dy_r, x, c);  // instead of observed_backward_weight
+  observed_backward_bias(c, db_r, dy_r, c.n);
+}
+
+void LocalLinears::row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                                      const float* W_r, const LinearCall& c, DeferredWeightGrads& later) {
+  column_backward_input(dx_r, dW_r, db, dy, x_r, W_r, c, later);  // one rank: the same linear
 }
 
 LinearOps& local_linears() {

@@ -19,6 +19,8 @@
 
 namespace odyssey {
 
+class DeferredWeightGrads;
+
 // How a layer is split over a tensor-parallel group of t ranks (the shapes its buffers take).
 struct TpSplit {
   int t = 1;
@@ -56,6 +58,14 @@ class LinearOps {
   // this rank holds (under TP-SP a partial sum over the tp group, which the step sums once).
   virtual void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
                             const float* W_r, const LinearCall& c) = 0;
+
+  // The same backwards split for zero-bubble pipelines (model/deferred_weight_grads.h): dx and the
+  // bias gradient now, exactly as above; the weight gradient's GEMM (local on every rank: dW_r +=
+  // dy^T x with the operands this rank's GEMM reads) recorded in `later` instead of run.
+  virtual void column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                                     const float* W_r, const LinearCall& c, DeferredWeightGrads& later) = 0;
+  virtual void row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                                  const float* W_r, const LinearCall& c, DeferredWeightGrads& later) = 0;
 };
 
 // One rank: plain linears, each GEMM observed on its own.
@@ -69,6 +79,10 @@ class LocalLinears : public LinearOps {
                    const LinearCall& c) override;
   void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r, const float* W_r,
                     const LinearCall& c) override;
+  void column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                             const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
+  void row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                          const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
 };
 
 // A process-wide LocalLinears (it holds no state).

@@ -236,8 +236,8 @@ void Llama::backward(StageActivations& acts) {
   backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                   [&](LlamaLayerActs& la, const float* x, int l, const Recompute& re) {
                     llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
-                                         resolve_llama_layer(names_.layer(l), d), *attention_, *linears_,
-                                         a.scratch, shape, rope, o, re);
+                                         resolve_llama_layer(names_.layer(l), d), *attention_,
+                                         backward_linears(), a.scratch, shape, rope, o, re);
                   });
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head

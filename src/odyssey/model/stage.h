@@ -28,6 +28,8 @@
 
 namespace odyssey {
 
+class DeferredWeightGrads;
+
 // What a stage keeps of a micro-batch for its backward (long-context-memory.md; the [memory] keys).
 // checkpoint: none keeps every layer's activations; cheap keeps all but the norm outputs and the MLP
 // activation (recomputed in the backward, chunk by chunk); keep_attention keeps each layer's output and its
@@ -138,6 +140,11 @@ class Stage {
   virtual int64_t residual_rows(int64_t n) const = 0;
   // How activations are kept (logits() needs head_chunk_tokens 0 or >= the micro-batch's tokens).
   virtual void set_memory(const MemoryOptions& memory) = 0;
+  // The split backward of zero-bubble pipelines (parallel/pipeline.h): while set, backward() computes
+  // every gradient but the blocks' linear weight GEMMs, which it records in *later to run later
+  // (model/deferred_weight_grads.h; norm, bias, embedding and LM-head gradients are not deferred).
+  // Null: backward computes everything.
+  virtual void set_deferred_weight_grads(DeferredWeightGrads* later) = 0;
 
   // The unit uses of one micro-batch, forward then backward; hooks are called in exactly this order.
   virtual const std::vector<UnitUse>& unit_schedule() const = 0;

@@ -15,13 +15,15 @@ PipelineRunner::PipelineRunner(Communicator& pp, std::vector<Stage*> chunks, con
   ODY_CHECK(int(chunks_.size()) == shape.v,
             "pipeline: {} stages on this rank, expected parallel.pp_virtual = {}", chunks_.size(), shape.v);
   const auto tables = build_schedule(schedule, shape);
-  validate_schedule(tables, shape);
   actions_ = tables[size_t(pp.rank())];
+  schedule_ = schedule;
+  unit_cost_bubble_ = validate_schedule(tables, shape, 1, 2, 1).bubble_fraction;
 }
 
 void PipelineRunner::set_engines(std::vector<ZeroEngine*> engines) {
   ODY_CHECK(engines.empty() || engines.size() == chunks_.size(), "pipeline: {} engines for {} stages",
             engines.size(), chunks_.size());
+  for (ZeroEngine* e : engines) check_schedule_zero_stage(schedule_, e->stage());
   engines_ = std::move(engines);
 }
 
@@ -52,10 +54,20 @@ void PipelineRunner::release(int chunk, int mb) {
   in_flight_.erase(it);
 }
 
+void PipelineRunner::add_compute(PipeAction::Kind kind, double seconds) {
+  compute_s_ += seconds;
+  compute_by_kind_[size_t(kind)] += seconds;
+}
+
 void PipelineRunner::track_in_flight() {
   size_t bytes = 0;
   for (const auto& [key, s] : in_flight_) bytes += s->acts->bytes() + s->input.bytes() + s->out_grad.bytes();
-  peak_in_flight_ = std::max(peak_in_flight_, int(in_flight_.size()));
+  int held = int(in_flight_.size());  // micro-batch stages: with activations, or only W's operands
+  for (const auto& [key, d] : deferred_) {
+    bytes += d->bytes();
+    held += in_flight_.count(key) ? 0 : 1;
+  }
+  peak_in_flight_ = std::max(peak_in_flight_, held);
   peak_bytes_ = std::max(peak_bytes_, bytes);
 }
 
@@ -77,16 +89,70 @@ void PipelineRunner::forward(int stage_index, const PipelineMicroBatch& mb, floa
   Timer compute;
   stage.forward(*f.acts, mb.inputs, mb.targets, mb.positions, mb.B, mb.T);
   if (stage_index + 1 < S) {
-    compute_s_ += compute.seconds();
+    add_compute(PipeAction::forward, compute.seconds());
     f.send =
         pp_.send_async(f.acts->output(), hidden, DType::f32, (stage_index + 1) % P, p2p_tag::pp_activation);
   } else {
     int64_t n = 0;
     *loss += stage.loss(*f.acts, dloss, &n);
     *counted += n;
-    compute_s_ += compute.seconds();
+    add_compute(PipeAction::forward, compute.seconds());
   }
   track_in_flight();
+}
+
+void PipelineRunner::backward(int stage_index, const PipelineMicroBatch& mb, DeferredWeightGrads* later,
+                              bool last) {
+  const int S = shape_.stages(), P = shape_.P, chunk = shape_.chunk_of(stage_index);
+  Stage& stage = *chunks_[size_t(chunk)];
+  const size_t hidden = size_t(stage.residual_rows(int64_t(mb.B) * mb.T)) * stage.config().d_model;
+  InFlight& f = slot(chunk, mb.index);
+  if (stage_index + 1 < S) {  // d(output) from the next stage
+    f.out_grad.resize(hidden);
+    Timer wait;
+    pp_.recv(f.out_grad.data(), hidden, DType::f32, (stage_index + 1) % P, p2p_tag::pp_gradient);
+    wait_s_ += wait.seconds();
+    f.acts->output_grad = f.out_grad.data();
+    // The next stage has received this output (its gradient came back), so the send is done; it
+    // must be before the backward reuses the output's storage.
+    if (f.send) f.send->wait();
+    f.send.reset();
+  }
+  // One micro-step of the chunk's engine; its last backward reduces the step's gradients (an I is
+  // never the last: its W is).
+  ZeroEngine* engine = engines_.empty() ? nullptr : engines_[size_t(chunk)];
+  Timer compute;
+  if (engine) engine->begin_micro_step(last);
+  stage.set_deferred_weight_grads(later);
+  stage.backward(*f.acts);
+  stage.set_deferred_weight_grads(nullptr);
+  if (engine) engine->end_micro_step();
+  add_compute(later ? PipeAction::input : PipeAction::backward, compute.seconds());
+  if (stage_index > 0)
+    f.send =
+        pp_.send_async(f.acts->input_grad(), hidden, DType::f32, (stage_index - 1) % P, p2p_tag::pp_gradient);
+  if (later) track_in_flight();  // the activations and the recorded operands, at once
+  release(chunk, mb.index);
+}
+
+void PipelineRunner::weight(int stage_index, int mb, bool last) {
+  const int chunk = shape_.chunk_of(stage_index);
+  auto it = deferred_.find({chunk, mb});
+  ODY_CHECK(it != deferred_.end(), "pipeline: W({},{}) before its I", stage_index, mb);
+  ZeroEngine* engine = engines_.empty() ? nullptr : engines_[size_t(chunk)];
+  Timer compute;
+  it->second->run();
+  if (engine && last) {
+    // The step's gradients are complete now: the engine's last micro-step, every unit's backward use
+    // ended (ZeRO 0-1 launch their bucket reductions here).
+    engine->begin_micro_step(true);
+    for (const UnitUse& use : chunks_[size_t(chunk)]->unit_schedule())
+      if (!use.forward) engine->after_backward(use.unit);
+    engine->end_micro_step();
+  }
+  add_compute(PipeAction::weight, compute.seconds());
+  free_deferred_.push_back(std::move(it->second));
+  deferred_.erase(it);
 }
 
 void PipelineRunner::wait_sends() {
@@ -100,11 +166,11 @@ void PipelineRunner::wait_sends() {
 
 double PipelineRunner::run(const std::function<PipelineMicroBatch(int)>& micro_batch, float dloss,
                            int64_t* count) {
-  const int S = shape_.stages(), P = shape_.P;
   Timer whole;
   double loss = 0;
   int64_t counted = 0;
   wait_s_ = compute_s_ = 0;
+  compute_by_kind_ = {};
   peak_in_flight_ = 0;
   peak_bytes_ = 0;
   std::vector<int> backwards_left(chunks_.size(), shape_.m);
@@ -116,31 +182,19 @@ double PipelineRunner::run(const std::function<PipelineMicroBatch(int)>& micro_b
       continue;
     }
     const int chunk = shape_.chunk_of(a.stage);
-    Stage& stage = *chunks_[size_t(chunk)];
-    const size_t hidden = size_t(stage.residual_rows(int64_t(mb.B) * mb.T)) * stage.config().d_model;
-    InFlight& f = slot(chunk, a.mb);
-    if (a.stage + 1 < S) {  // d(output) from the next stage
-      f.out_grad.resize(hidden);
-      Timer wait;
-      pp_.recv(f.out_grad.data(), hidden, DType::f32, (a.stage + 1) % P, p2p_tag::pp_gradient);
-      wait_s_ += wait.seconds();
-      f.acts->output_grad = f.out_grad.data();
-      // The next stage has received this output (its gradient came back), so the send is done; it
-      // must be before the backward reuses the output's storage.
-      if (f.send) f.send->wait();
-      f.send.reset();
+    if (a.kind == PipeAction::weight) {
+      weight(a.stage, a.mb, --backwards_left[size_t(chunk)] == 0);
+      continue;
     }
-    // One micro-step of the chunk's engine; its last backward reduces the step's gradients.
-    ZeroEngine* engine = engines_.empty() ? nullptr : engines_[size_t(chunk)];
-    Timer compute;
-    if (engine) engine->begin_micro_step(--backwards_left[size_t(chunk)] == 0);
-    stage.backward(*f.acts);
-    if (engine) engine->end_micro_step();
-    compute_s_ += compute.seconds();
-    if (a.stage > 0)
-      f.send =
-          pp_.send_async(f.acts->input_grad(), hidden, DType::f32, (a.stage - 1) % P, p2p_tag::pp_gradient);
-    release(chunk, a.mb);
+    DeferredWeightGrads* later = nullptr;
+    if (a.kind == PipeAction::input) {
+      Deferred& d = deferred_[{chunk, a.mb}];
+      if (free_deferred_.empty()) free_deferred_.push_back(std::make_unique<DeferredWeightGrads>());
+      d = std::move(free_deferred_.back());
+      free_deferred_.pop_back();
+      later = d.get();
+    }
+    backward(a.stage, mb, later, !later && --backwards_left[size_t(chunk)] == 0);
   }
   // Every message of the step is out before the caller touches parameters or activations.
   wait_sends();
@@ -154,6 +208,7 @@ double PipelineRunner::run_forward(const std::function<PipelineMicroBatch(int)>&
   double loss = 0;
   int64_t counted = 0;
   wait_s_ = compute_s_ = 0;
+  compute_by_kind_ = {};
   for (int j = 0; j < m; ++j)
     for (int chunk = 0; chunk < shape_.v; ++chunk) {
       PipelineMicroBatch mb = micro_batch(j);

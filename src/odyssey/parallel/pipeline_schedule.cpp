@@ -11,7 +11,7 @@
 namespace odyssey {
 
 std::string to_string(const PipeAction& a) {
-  return fmt::format("{}({},{})", a.kind == PipeAction::forward ? "F" : "B", a.stage, a.mb);
+  return fmt::format("{}({},{})", "FBIW"[a.kind], a.stage, a.mb);
 }
 
 namespace {
@@ -64,7 +64,34 @@ Table interleaved(const PipelineShape& s, int r) {
   return t;
 }
 
+// ZB-H1: 1F1B's order with each B an I; after the k-th I (k >= r) the oldest pending W, the rest at
+// the end. W's run oldest first, so each weight still accumulates in increasing micro-batch order.
+Table zb1(const PipelineShape& s, int r) {
+  Table t;
+  std::deque<int> pending;  // micro-batches whose W has not run
+  int k = 0;                // I's so far
+  for (const PipeAction& a : one_f_one_b(s, r)) {
+    if (a.kind == PipeAction::forward) {
+      t.push_back(a);
+      continue;
+    }
+    t.push_back({PipeAction::input, a.stage, a.mb});
+    pending.push_back(a.mb);
+    if (k++ >= r) {
+      t.push_back({PipeAction::weight, a.stage, pending.front()});
+      pending.pop_front();
+    }
+  }
+  for (int mb : pending) t.push_back({PipeAction::weight, r, mb});
+  return t;
+}
+
 }  // namespace
+
+double zb1_bubble_fraction(int P, int m, double t_f, double t_i, double t_w) {
+  const double idle = (P - 1) * (t_f + t_i - t_w);
+  return idle / (m * (t_f + t_i + t_w) + idle);
+}
 
 std::vector<Table> build_schedule(PipelineSchedule schedule, const PipelineShape& s) {
   ODY_CHECK(s.P >= 1 && s.v >= 1 && s.m >= 1, "pipeline: P={}, v={}, m={} must be positive", s.P, s.v, s.m);
@@ -81,12 +108,20 @@ std::vector<Table> build_schedule(PipelineSchedule schedule, const PipelineShape
   for (int r = 0; r < s.P; ++r)
     tables.push_back(schedule == PipelineSchedule::gpipe         ? gpipe(s, r)
                      : schedule == PipelineSchedule::one_f_one_b ? one_f_one_b(s, r)
+                     : schedule == PipelineSchedule::zb1         ? zb1(s, r)
                                                                  : interleaved(s, r));
   return tables;
 }
 
+void check_schedule_zero_stage(PipelineSchedule schedule, int zero_stage) {
+  ODY_CHECK(schedule != PipelineSchedule::zb1 || zero_stage <= 1,
+            "parallel.pp_schedule = zb1 needs parallel.zero_stage 0 or 1, got {} (ZeRO 2-3 reduce each "
+            "micro-batch's gradients when its backward ends; zb1 defers the weight gradients)",
+            zero_stage);
+}
+
 ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const PipelineShape& s, double t_f,
-                                     double t_b) {
+                                     double t_b, double t_w) {
   const int S = s.stages();
   ODY_CHECK(int(tables.size()) == s.P, "pipeline schedule: {} tables for {} ranks", tables.size(), s.P);
   // Each action exactly once, on its stage's rank.
@@ -100,17 +135,39 @@ ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const Pip
       ODY_CHECK(seen.insert({int(a.kind), a.stage, a.mb}).second, "pipeline schedule: {} appears twice",
                 to_string(a));
     }
-  ODY_CHECK(int(seen.size()) == 2 * S * s.m, "pipeline schedule: {} actions, expected {}", seen.size(),
-            2 * S * s.m);
+  // Either a B for every (stage, micro-batch) or an I and a W (split backward).
+  const bool split = seen.count({int(PipeAction::input), 0, 0}) > 0;
+  ODY_CHECK(int(seen.size()) == (split ? 3 : 2) * S * s.m, "pipeline schedule: {} actions, expected {}",
+            seen.size(), (split ? 3 : 2) * S * s.m);
+  for (const auto& [kind, stage, mb] : seen)
+    ODY_CHECK(kind == PipeAction::forward || (kind == PipeAction::backward) != split,
+              "pipeline schedule: {} mixes B with I/W", to_string({PipeAction::Kind(kind), stage, mb}));
+  // Per stage, the backward actions of each kind in increasing micro-batch order: every parameter
+  // accumulates its gradient in the single process's order.
+  for (int r = 0; r < s.P; ++r) {
+    std::map<std::pair<int, int>, int> last;  // (kind, stage) -> micro-batch
+    for (const PipeAction& a : tables[size_t(r)]) {
+      if (a.kind == PipeAction::forward) continue;
+      auto [it, first] = last.insert({{int(a.kind), a.stage}, a.mb});
+      ODY_CHECK(
+          first || it->second < a.mb,
+          "pipeline schedule: {} on rank {} runs after micro-batch {}'s: gradients would accumulate out "
+          "of micro-batch order",
+          to_string(a), r, it->second);
+      it->second = a.mb;
+    }
+  }
 
   // Messages between two ranks must be received in the order they are sent (one tag per direction):
   // forward activations (stage s -> s+1) and backward gradients (stage s -> s-1) separately.
+  // (An I communicates as a B does; a W not at all.)
   for (int kind = 0; kind < 2; ++kind) {
     std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> sent,
         received;  // (from, to) -> (stage, mb)
     for (int r = 0; r < s.P; ++r)
       for (const PipeAction& a : tables[size_t(r)]) {
-        if (a.kind != kind) continue;
+        const int as = a.kind == PipeAction::input ? PipeAction::backward : a.kind;
+        if (as != kind) continue;
         const bool forward = a.kind == PipeAction::forward;
         const int next = forward ? a.stage + 1 : a.stage - 1, prev = forward ? a.stage - 1 : a.stage + 1;
         if (next >= 0 && next < S) sent[{r, s.rank_of(next)}].push_back({a.stage, a.mb});
@@ -120,7 +177,9 @@ ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const Pip
               kind == PipeAction::forward ? "activation" : "gradient");
   }
 
-  // Unit-time simulation: a rank runs its next action as soon as its input has arrived.
+  // Unit-time simulation: a rank runs its next action as soon as its input has arrived. (An I finishes
+  // what a B does for the stage before; a W needs its I.)
+  const int grad = split ? PipeAction::input : PipeAction::backward;
   ScheduleSimulation sim;
   sim.peak_in_flight.assign(size_t(s.P), 0);
   std::map<std::tuple<int, int, int>, double> done;  // (kind, stage, mb) -> finish time
@@ -137,8 +196,12 @@ ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const Pip
         // Inputs: the previous stage's forward, or the next stage's backward (the loss for the last).
         std::vector<std::tuple<int, int, int>> needs;
         if (forward && a.stage > 0) needs.push_back({PipeAction::forward, a.stage - 1, a.mb});
-        if (!forward) needs.push_back({PipeAction::forward, a.stage, a.mb});
-        if (!forward && a.stage + 1 < S) needs.push_back({PipeAction::backward, a.stage + 1, a.mb});
+        if (a.kind == PipeAction::weight) {
+          needs.push_back({PipeAction::input, a.stage, a.mb});
+        } else if (!forward) {
+          needs.push_back({PipeAction::forward, a.stage, a.mb});
+          if (a.stage + 1 < S) needs.push_back({grad, a.stage + 1, a.mb});
+        }
         bool blocked = false;
         for (const auto& n : needs) {
           auto it = done.find(n);
@@ -149,11 +212,15 @@ ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const Pip
           ready = std::max(ready, it->second);
         }
         if (blocked) break;
-        const double t = forward ? t_f : t_b;
+        const double t = forward                          ? t_f
+                         : a.kind == PipeAction::backward ? t_b
+                         : a.kind == PipeAction::input    ? t_b - t_w
+                                                          : t_w;
         clock[size_t(r)] = ready + t;
         busy[size_t(r)] += t;
         done[{int(a.kind), a.stage, a.mb}] = clock[size_t(r)];
-        in_flight[size_t(r)] += forward ? 1 : -1;
+        // Held from F until B, or W (which still needs the GEMM operands).
+        in_flight[size_t(r)] += forward ? 1 : a.kind == PipeAction::input ? 0 : -1;
         sim.peak_in_flight[size_t(r)] = std::max(sim.peak_in_flight[size_t(r)], in_flight[size_t(r)]);
         ++next[size_t(r)];
         progress = true;

@@ -4,6 +4,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/elementwise.h"
+#include "odyssey/model/deferred_weight_grads.h"
 #include "odyssey/parallel/tp_ops.h"
 
 namespace odyssey {
@@ -38,6 +39,18 @@ void TensorParallelLinears::column_forward(float* y_r, const float* x, const flo
 
 void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r,
                                             const float* x, const float* W_r, const LinearCall& c) {
+  column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, nullptr);
+}
+
+void TensorParallelLinears::column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                                  const float* x, const float* W_r, const LinearCall& c,
+                                                  DeferredWeightGrads& later) {
+  column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, &later);
+}
+
+void TensorParallelLinears::column_backward_split(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                                  const float* x, const float* W_r, const LinearCall& c,
+                                                  DeferredWeightGrads* later) {
   const float* x_full = gathered(x, c.n, c.in, c);
   // dx_partial [n, in]: this rank's output features' share of dx, reduced over tp (plain: all-reduce
   // to the full dx; TP-SP: reduce-scatter to this rank's slice) while the weight gradient is computed.
@@ -52,7 +65,11 @@ void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r,
   } else if (tp_.size() > 1) {
     pending = tp_.all_reduce_async(dxp, size_t(count), DType::f32);
   }
-  observed_backward_weight(c, dW_r, dy_r, x_full);
+  // (Recorded: x_full is copied, the gather's scratch being reused.)
+  if (later)
+    later->record(dW_r, dy_r, x_full, c);
+  else
+    observed_backward_weight(c, dW_r, dy_r, x_full);
   observed_backward_bias(c, db_r, dy_r, c.n);
   if (pending) observed(c.observer, "comm.tp.wait", 0, [&] { pending->wait(); });
   accumulate(dx, reduced, size_t(count));
@@ -74,10 +91,25 @@ void TensorParallelLinears::row_forward(float* y, const float* x_r, const float*
 
 void TensorParallelLinears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy,
                                          const float* x_r, const float* W_r, const LinearCall& c) {
+  row_backward_split(dx_r, dW_r, db, dy, x_r, W_r, c, nullptr);
+}
+
+void TensorParallelLinears::row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy,
+                                               const float* x_r, const float* W_r, const LinearCall& c,
+                                               DeferredWeightGrads& later) {
+  row_backward_split(dx_r, dW_r, db, dy, x_r, W_r, c, &later);
+}
+
+void TensorParallelLinears::row_backward_split(float* dx_r, float* dW_r, float* db, const float* dy,
+                                               const float* x_r, const float* W_r, const LinearCall& c,
+                                               DeferredWeightGrads* later) {
   observed_backward_bias(c, db, dy, rows(c.n));  // this rank's rows, before the gather
   const float* dy_full = gathered(dy, c.n, c.out, c);
   observed_backward_input(c, dx_r, dy_full, W_r);
-  observed_backward_weight(c, dW_r, dy_full, x_r);
+  if (later)
+    later->record(dW_r, dy_full, x_r, c);
+  else
+    observed_backward_weight(c, dW_r, dy_full, x_r);
 }
 
 }  // namespace odyssey

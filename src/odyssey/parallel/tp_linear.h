@@ -34,6 +34,11 @@ class TensorParallelLinears : public LinearOps {
                    const LinearCall& c) override;
   void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r, const float* W_r,
                     const LinearCall& c) override;
+  // The zero-bubble split: the same communication now, the weight GEMM (local) recorded.
+  void column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                             const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
+  void row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                          const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
 
   // Scratch held between calls (the gathered input or output gradient, the partial sums, a
   // reduce-scatter's result: n * max(in, out) floats each at most).
@@ -42,6 +47,11 @@ class TensorParallelLinears : public LinearOps {
  private:
   // x [rows(n), X] -> [n, X]: x itself, or under TP-SP the all-gather of the token slices into full_.
   const float* gathered(const float* x, int64_t n, int X, const LinearCall& c);
+  // The backwards, the weight GEMM run now (later null) or recorded in *later.
+  void column_backward_split(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                             const float* W_r, const LinearCall& c, DeferredWeightGrads* later);
+  void row_backward_split(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
+                          const float* W_r, const LinearCall& c, DeferredWeightGrads* later);
 
   Communicator& tp_;
   bool sequence_parallel_;

@@ -355,6 +355,7 @@ void RunConfig::validate(int world_size) const {
   if (p.pp > 1) {
     const int m = t.global_batch / std::max(1, t.micro_batch * dp);
     build_schedule(p.pp_schedule, PipelineShape{p.pp, p.pp_virtual, std::max(m, 1)});
+    check_schedule_zero_stage(p.pp_schedule, p.zero_stage);
     stage_layers(model.n_layer, p.pp * p.pp_virtual, p.pp_layers);
   }
   {

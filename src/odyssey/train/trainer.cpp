@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include "odyssey/core/zero_pages.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/model/deferred_weight_grads.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/parallel/pipeline_schedule.h"
@@ -273,12 +275,18 @@ struct Run {
       HostMemoryNeed n;
       n.state_per_rank = state_bytes;
       n.tokens_per_rank = seq_len() / grid.sp().size();
-      size_t largest = 0;
+      // zb1: a micro-batch between its I and W holds its weight GEMMs' operands instead of its
+      // activations; the one being recorded holds both (parallel/pipeline.h).
+      const bool zb1 = pipeline && config.parallel.pp_schedule == PipelineSchedule::zb1;
+      size_t largest = 0, recorded = 0;
       for (auto& model : models) {
         model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
         largest = std::max(largest, model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank));
+        if (zb1)
+          recorded = std::max(
+              recorded, deferred_weight_grad_bytes_for(*model, int64_t(tc.micro_batch) * n.tokens_per_rank));
       }
-      n.activations_per_rank = largest * size_t(in_flight);
+      n.activations_per_rank = std::max(largest, recorded) * size_t(in_flight) + recorded;
       n.ranks_on_host = host_layout(world).local_size;
       n.seq_len = seq_len();
       n.micro_batch = tc.micro_batch;
@@ -439,26 +447,38 @@ std::pair<uint64_t, uint64_t> peak_rss(Communicator& world) {
 nlohmann::json pipeline_metrics(Run& run, const StepResult& step, double step_ms) {
   Communicator& pp = run.grid.pp();
   const PipelineRunner& runner = *run.pipeline;
-  double mine[5] = {step.pp_wait_ms, step.pp_compute_ms, step.pp_run_ms, double(runner.peak_in_flight()),
-                    double(runner.peak_activation_bytes())};
-  std::vector<double> all(size_t(5 * pp.size()));
-  pp.all_gather(mine, all.data(), 5 * sizeof(double), DType::u8);
+  // (and the compute time by action kind: F, B, I, W)
+  const std::array<double, 4>& kind_s = runner.compute_seconds_by_kind();
+  constexpr int kFigures = 9;
+  double mine[kFigures] = {step.pp_wait_ms,
+                           step.pp_compute_ms,
+                           step.pp_run_ms,
+                           double(runner.peak_in_flight()),
+                           double(runner.peak_activation_bytes()),
+                           1e3 * kind_s[0],
+                           1e3 * kind_s[1],
+                           1e3 * kind_s[2],
+                           1e3 * kind_s[3]};
+  std::vector<double> all(size_t(kFigures * pp.size()));
+  pp.all_gather(mine, all.data(), kFigures * sizeof(double), DType::u8);
   nlohmann::json j = {{"schedule", enum_name(kPipelineScheduleNames, run.config.parallel.pp_schedule)},
                       {"P", run.shape.P},
                       {"v", run.shape.v},
                       {"m", run.shape.m}};
   double compute = 0, longest = 0;
   for (int r = 0; r < pp.size(); ++r) {
-    const double* x = &all[size_t(5 * r)];
+    const double* x = &all[size_t(kFigures * r)];
     j["wait_ms"].push_back(x[0]);
     j["compute_ms"].push_back(x[1]);
     j["run_ms"].push_back(x[2]);
     j["peak_in_flight"].push_back(int(x[3]));
     j["activation_bytes"].push_back(uint64_t(x[4]));
+    j["action_ms"].push_back({{"F", x[5]}, {"B", x[6]}, {"I", x[7]}, {"W", x[8]}});
     compute += x[1];
     longest = std::max(longest, x[2]);
   }
   j["bubble_fraction"] = longest > 0 ? 1.0 - compute / (pp.size() * longest) : 0.0;
+  j["bubble_unit_cost"] = runner.unit_cost_bubble();  // the action table's own, load-independent
   j["run_fraction_of_step"] = step_ms > 0 ? longest / step_ms : 0.0;
   return j;
 }

@@ -1,0 +1,36 @@
+#include "odyssey/model/deferred_weight_grads.h"
+
+#include <algorithm>
+
+namespace odyssey {
+
+void DeferredWeightGrads::record(float* dW, const float* dy, const float* x, const LinearCall& c) {
+  const size_t i = 2 * gemms_.size(), ny = size_t(c.n) * size_t(c.out), nx = size_t(c.n) * size_t(c.in);
+  if (operands_.size() < i + 2) operands_.resize(i + 2);
+  std::copy_n(dy, ny, operands_[i].at_least(ny));
+  std::copy_n(x, nx, operands_[i + 1].at_least(nx));
+  gemms_.push_back({dW, c});
+  bytes_ += (ny + nx) * sizeof(float);
+}
+
+void DeferredWeightGrads::run() {
+  for (size_t g = 0; g < gemms_.size(); ++g)
+    observed_backward_weight(gemms_[g].call, gemms_[g].dW, operands_[2 * g].data(),
+                             operands_[2 * g + 1].data());
+  gemms_.clear();
+  bytes_ = 0;
+}
+
+size_t deferred_weight_grad_bytes_for(const Stage& stage, int64_t tokens) {
+  // Layer units follow the embeddings' unit 0 (a stage with the embeddings).
+  const int first = stage.range().embeddings() ? 1 : 0, end = first + stage.range().layers();
+  size_t floats = 0;
+  for (const ParamInfo& t : stage.table().tensors()) {
+    const std::vector<int64_t> shape = t.local_shape();
+    if (t.unit >= first && t.unit < end && shape.size() == 2)
+      floats += size_t(tokens * (shape[0] + shape[1]));
+  }
+  return floats * sizeof(float);
+}
+
+}  // namespace odyssey
