@@ -1,8 +1,9 @@
 # Tensor parallelism end to end (tensor-pipeline-parallelism.md §1, §4): GPT-2 (tied, a vocabulary of
 # 257 that tp 2 and 4 must pad) and Llama (GQA: 4 heads, 2 key/value heads, replicated at tp 4), 10
 # steps at tp 2 and 4 with Megatron sequence parallelism (the default) and without it, tp2 x dp2 under
-# ZeRO-1 and ZeRO-3, tp2 x Ulysses 2, tp2 x ring 2 and tp2 x pp2: every step's loss and the validation
-# loss within relative 1e-5 of the single process. The metrics carry the tp group's bytes; the memory
+# ZeRO-1 and ZeRO-3, tp2 x Ulysses 2, tp2 x ring 2, tp2 x pp2 (1F1B and zb1), and memory.checkpoint =
+# full under TP-SP and over sequence chunks under plain TP: every step's loss and the validation loss
+# within relative 1e-5 of the single process. The metrics carry the tp group's bytes; the memory
 # check counts a rank's pieces; impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -80,6 +81,15 @@ for arch in gpt2 llama; do
   compare_all ${arch}_tp2_ring2 ${arch}_ref
   run ${arch}_tp2_pp2 4 --set parallel.tp=2 --set parallel.pp=2
   compare_all ${arch}_tp2_pp2 ${arch}_ref
+  run ${arch}_tp2_pp2_zb1 4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.pp_schedule=zb1
+  compare_all ${arch}_tp2_pp2_zb1 ${arch}_ref
+  # The memory modes: full recomputation under TP-SP, and plain TP over sequence chunks of 24 rows
+  # (query-chunked attention over the K/V prefix, a short last chunk).
+  run ${arch}_tp2_full 2 --set parallel.tp=2 --set memory.checkpoint=full
+  compare_all ${arch}_tp2_full ${arch}_ref
+  run ${arch}_tp2_nosp_chunks 2 --set parallel.tp=2 --set parallel.tp_sp=false --set memory.checkpoint=full \
+    --set memory.chunk_tokens=24
+  compare_all ${arch}_tp2_nosp_chunks ${arch}_ref
 done
 
 # The metrics carry the tp group's traffic, and a tp rank holds about half the weights.

@@ -60,7 +60,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   if (kept.recomputes_layers())
-    kept.work.allocate(c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks), split);
+    kept.work.allocate(c, B, T, !shared_qkv,
+                       working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   encoded.resize(range.embeddings() ? R * C : 0);
   lnf.resize(head ? R * C : 0);
@@ -104,8 +105,8 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   if (memory.checkpoint == CheckpointPolicy::cheap)
     layers = L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}, split) +
              Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  const size_t work = Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv,
-                                               working_rows(memory.checkpoint, rows, query_chunks), split);
+  const size_t work = Gpt2LayerActs::bytes_for(
+      c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
   if (memory.checkpoint == CheckpointPolicy::full) layers = L * R * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = L * (R * C + N * C / t + size_t(B) * c.n_head / t * T) * sizeof(float) + work;

@@ -327,7 +327,8 @@ void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors
   const Split p(lin, s);
   ODY_CHECK(
       a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 && a.residual3.size() >= size_t(p.rc.N) * C,
-      "block forward: activations for fewer than {} tokens", N);
+      "block forward: activations for fewer than {} tokens (fch_gelu {} < {} or residual3 {} < {})", N,
+      a.fch_gelu.size(), size_t(p.rc.chunk_rows()) * p.G * p.W4, a.residual3.size(), size_t(p.rc.N) * C);
   if (query_chunked(s, p, attention)) return chunked_forward(a, x, w, attention, lin, p, s, o);
   ODY_CHECK(a.atty.size() >= size_t(N) * p.W1, "block forward: activations for fewer than {} tokens", N);
   float* qkv = a.qkv.size() ? a.qkv.data() : scratch.qkv.data();

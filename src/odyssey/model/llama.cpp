@@ -74,7 +74,8 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   if (kept.recomputes_layers())
-    kept.work.allocate(c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks), split);
+    kept.work.allocate(c, B, T, !shared_qkv,
+                       working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
@@ -118,8 +119,8 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
   if (memory.checkpoint == CheckpointPolicy::cheap)
     layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}, split) +
              LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  const size_t work = LlamaLayerActs::bytes_for(c, B, T, !shared_qkv,
-                                                working_rows(memory.checkpoint, rows, query_chunks), split);
+  const size_t work = LlamaLayerActs::bytes_for(
+      c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
   if (memory.checkpoint == CheckpointPolicy::full) layers = L * R * C * sizeof(float) + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers =
