@@ -72,7 +72,8 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
 
 std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
                                     const std::vector<CheckpointPart>& parts, const ParamTable& model,
-                                    const CheckpointState& state, const std::string& run_dir, int keep) {
+                                    const CheckpointState& state, const std::string& run_dir, int keep,
+                                    const TpPlace& tp) {
   Timer timer;
   const std::string tmp_dir = checkpoint_tmp_dir(run_dir, state.step);
   if (writers.rank() == 0) {
@@ -126,7 +127,7 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
         pieces.push_back({run.begin, run.end, part_kinds[k].storage + run.*part_kinds[k].at});
       pause_for_tests();
       mine[p].files[k] = write_slice_file(tmp_dir, part_kinds[k].name, writers.rank() * int(P) + int(p),
-                                          *part.table, pieces);
+                                          *part.table, pieces, tp);
     }
   }
   // Also the barrier: rank 0 commits only once every rank's files are complete.
