@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <functional>
@@ -41,8 +42,9 @@ ModelConfig llama_gqa(int kv_heads) {
   return c;
 }
 
-// Tensor parallelism over tp ranks, each rank's local buffer cut into `zero` equal flat ranges (a
-// ZeRO shard inside the tp rank; they cut across tensors). tp 1: the 1-D layout.
+// Tensor parallelism over tp ranks, each rank's local buffer sharded `zero` ways inside the tp rank:
+// shard z owns every zero-th block of 7 elements (so the shards cut every tensor and sub-parameter
+// in many places, across tensor boundaries). tp 1: the 1-D layout.
 struct Layout {
   int tp = 1, zero = 1;
 };
@@ -65,10 +67,18 @@ std::vector<float> local_buffer(const ParamTable& local, int kind, float fill) {
   return buf;
 }
 
-std::vector<DenseRange> zero_ranges(int64_t total, int zero) {
+std::vector<DenseRange> zero_shard(int64_t total, int zero, int z) {
+  if (zero == 1) return {{0, total}};
   std::vector<DenseRange> out;
-  for (int z = 0; z < zero; ++z) out.push_back({total * z / zero, total * (z + 1) / zero});
+  for (int64_t b = 7 * z; b < total; b += 7 * zero) out.push_back({b, std::min(b + 7, total)});
   return out;
+}
+
+// mask[i]: element i lies in one of the ranges.
+std::vector<char> mask_of(const std::vector<DenseRange>& ranges, int64_t total) {
+  std::vector<char> mask(size_t(total), 0);
+  for (const DenseRange& r : ranges) std::fill(mask.begin() + r.begin, mask.begin() + r.end, 1);
+  return mask;
 }
 
 bool valid_tp(const ParamTable& model, int tp) {
@@ -99,12 +109,16 @@ class SlicedBoxes : public ::testing::Test {
     for (int r = 0; r < at.tp; ++r) {
       const ParamTable local = model.tensor_parallel(at.tp, r);
       for (size_t k = 0; k < kKinds.size(); ++k) {
-        const std::vector<float> buf = local_buffer(local, int(k), 0.0f);
-        int z = 0;
-        for (DenseRange piece : zero_ranges(local.total(), at.zero)) {
-          piece.data = buf.data() + piece.begin;
+        for (int z = 0; z < at.zero; ++z) {
+          // Only the shard's own elements are real: a writer reading outside its pieces stores poison.
+          std::vector<DenseRange> pieces = zero_shard(local.total(), at.zero, z);
+          std::vector<float> buf = local_buffer(local, int(k), 0.0f);
+          const std::vector<char> mine = mask_of(pieces, local.total());
+          for (int64_t i = 0; i < local.total(); ++i)
+            if (!mine[size_t(i)]) buf[size_t(i)] = -999.0f;
+          for (DenseRange& piece : pieces) piece.data = buf.data() + piece.begin;
           files[k].push_back(
-              write_slice_file(tmp, kKinds[k], r * at.zero + z++, local, {piece}, TpPlace{r, at.tp}));
+              write_slice_file(tmp, kKinds[k], r * at.zero + z, local, pieces, TpPlace{r, at.tp}));
         }
       }
     }
@@ -125,15 +139,15 @@ class SlicedBoxes : public ::testing::Test {
       check_sliced_manifest(dir, state, &local);
       for (size_t k = 0; k < kKinds.size(); ++k) {
         const std::vector<float> want = local_buffer(local, int(k), kUntouched);  // padding not written
-        for (const DenseRange& range : zero_ranges(local.total(), at.zero)) {
+        for (int z = 0; z < at.zero; ++z) {
+          const std::vector<DenseRange> ranges = zero_shard(local.total(), at.zero, z);
+          const std::vector<char> mine = mask_of(ranges, local.total());
           std::vector<float> got(size_t(local.total()), kUntouched);
-          read_slices(dir, state, local, kKinds[k], {range}, got.data());
-          for (int64_t i = 0; i < local.total(); ++i) {
-            const bool mine = i >= range.begin && i < range.end;
-            ASSERT_EQ(got[size_t(i)], mine ? want[size_t(i)] : kUntouched)
-                << dir << " read at tp " << at.tp << " rank " << r << " zero range [" << range.begin << ", "
-                << range.end << ") kind " << kKinds[k] << " element " << i;
-          }
+          read_slices(dir, state, local, kKinds[k], ranges, got.data());
+          for (int64_t i = 0; i < local.total(); ++i)
+            ASSERT_EQ(got[size_t(i)], mine[size_t(i)] ? want[size_t(i)] : kUntouched)
+                << dir << " read at tp " << at.tp << " rank " << r << " zero shard " << z << " of " << at.zero
+                << " kind " << kKinds[k] << " element " << i;
         }
       }
     }

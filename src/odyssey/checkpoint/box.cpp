@@ -111,6 +111,19 @@ std::vector<PlacedSlice> held_slices(const ParamInfo& p, int64_t lb, int64_t le)
   return out;
 }
 
+std::pair<int64_t, int64_t> flat_hull(const BoxSlice& slice, const std::vector<int64_t>& shape) {
+  const std::vector<int64_t> ext = extents(slice.box), global = row_major_strides(shape);
+  auto flat = [&](int64_t k) {  // global flat index of element k of the box order
+    int64_t g = 0;
+    for (size_t d = ext.size(); d-- > 0;) {
+      g += (slice.box.lo[d] + k % ext[d]) * global[d];
+      k /= ext[d];
+    }
+    return g;
+  };
+  return {flat(slice.begin), flat(slice.end - 1) + 1};
+}
+
 int64_t copy_common(const PlacedSlice& src, const void* src_data, const PlacedSlice& dst, void* dst_data) {
   const Box &a = src.slice.box, &b = dst.slice.box;
   const size_t n = a.lo.size();

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "odyssey/model/params.h"
@@ -49,6 +50,11 @@ PlacedSlice packed(const BoxSlice& slice);
 // sub-parameter with real rows; padding rows belong to none), placed in the piece's local row-major
 // memory (data[0] = local element 0).
 std::vector<PlacedSlice> held_slices(const ParamInfo& p, int64_t lb, int64_t le);
+
+// [first, last): the row-major flat indices in the global tensor of shape `shape` of the slice's first
+// element and one past its last. Every element of the slice lies in it (box order follows global
+// order), so slices whose hulls do not meet share no element.
+std::pair<int64_t, int64_t> flat_hull(const BoxSlice& slice, const std::vector<int64_t>& shape);
 
 // Copies every element both slices hold (4-byte elements; the buffers may be unaligned); returns how
 // many. Streams contiguous runs: nothing outside the two slices is touched. With a null buffer it

@@ -347,7 +347,11 @@ void read_slices(const std::string& dir, const CheckpointState& state, const Par
   for (const auto& k : state.manifest.at("kinds")) listed |= k == kind;
   ODY_CHECK(listed, "{}: holds no '{}' state (a weights-only checkpoint?)", dir, kind);
   // Per tensor of the table, the slices of the global tensor the ranges ask for, placed in dense.
-  std::map<std::string, std::pair<const ParamInfo*, std::vector<PlacedSlice>>> wanted;
+  struct Want {
+    PlacedSlice slice;
+    std::pair<int64_t, int64_t> hull;  // flat_hull: a cheap first test of which stored slices meet it
+  };
+  std::map<std::string, std::pair<const ParamInfo*, std::vector<Want>>> wanted;
   for (const ParamInfo& p : table.tensors()) {
     auto& [info, wants] = wanted[p.name];
     info = &p;
@@ -356,7 +360,7 @@ void read_slices(const std::string& dir, const CheckpointState& state, const Par
       if (b >= e) continue;
       for (PlacedSlice want : held_slices(p, b - p.offset, e - p.offset)) {
         want.base += p.offset;
-        wants.push_back(std::move(want));
+        wants.push_back({want, flat_hull(want.slice, p.shape)});
       }
     }
   }
@@ -370,10 +374,13 @@ void read_slices(const std::string& dir, const CheckpointState& state, const Par
       const auto& [p, wants] = it->second;
       const PlacedSlice stored = packed(slice_of(s, p->shape, dir + "/manifest.json"));
       const int64_t n = stored.slice.end - stored.slice.begin;
-      bool needed = false;
-      for (const PlacedSlice& want : wants)
-        needed = needed || copy_common(stored, nullptr, want, nullptr) > 0;
-      if (!needed) continue;
+      const auto hull = flat_hull(stored.slice, p->shape);
+      std::vector<const PlacedSlice*> meets;
+      for (const Want& want : wants)
+        if (std::max(hull.first, want.hull.first) < std::min(hull.second, want.hull.second) &&
+            copy_common(stored, nullptr, want.slice, nullptr) > 0)
+          meets.push_back(&want.slice);
+      if (meets.empty()) continue;
       if (!file) {
         check_file_size(dir, name, info);
         file = std::make_unique<SafetensorsFile>(dir + "/" + name);
@@ -395,7 +402,7 @@ void read_slices(const std::string& dir, const CheckpointState& state, const Par
           hex(XXH3_64bits(t->data, t->bytes)) == s.at("xxh3_64").get<std::string>(),
           "{}: tensor {} (elements [{}, {}) of its {} slice {}) fails its checksum: the file is corrupt",
           file->path(), tensor, stored.slice.begin, stored.slice.end, kind, box_string(stored.slice.box));
-      for (const PlacedSlice& want : wants) copy_common(stored, t->data, want, dense);
+      for (const PlacedSlice* want : meets) copy_common(stored, t->data, *want, dense);
     }
   }
 }
