@@ -152,8 +152,10 @@ WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind
         bool contiguous = true;
         for (size_t d = 1; d < held.stride.size(); ++d)
           contiguous &= held.stride[d - 1] == held.stride[d] * (slice.box.hi[d] - slice.box.lo[d]);
-        const float* data = piece.data + in_piece.base + slice.begin;
-        if (!contiguous) {
+        const float* data = nullptr;
+        if (contiguous) {
+          data = piece.data + (in_piece.base + slice.begin);
+        } else {
           gathered.emplace_back(size_t(n));
           copy_common(in_piece, piece.data, packed(slice), gathered.back().data());
           data = gathered.back().data();

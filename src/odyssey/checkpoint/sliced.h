@@ -75,7 +75,8 @@ bool writes_tensor(const ParamInfo& p, const TpPlace& tp);
 
 // Writes this rank's file of one kind: the slice of every tensor the pieces intersect, as boxes of
 // the global tensor when the table is tensor-parallel (one slice per sub-parameter and piece), less
-// the tensors another tp rank writes.
+// the tensors another tp rank writes. Slices strided in the piece (a column split) are gathered into
+// box order first: the file's size of extra memory at most, usually a fraction of it.
 WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
                              const ParamTable& table, const std::vector<DenseRange>& pieces,
                              const TpPlace& tp = {});
