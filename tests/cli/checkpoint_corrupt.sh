@@ -34,6 +34,6 @@ corrupt flipped "params\.rank00001\.safetensors: tensor $tensor .*checksum" \
 corrupt truncated "params\.rank00001\.safetensors: size .*affects $tensor" 'truncate -s -1000 params.rank00001.safetensors'
 corrupt missing "v\.rank00000\.safetensors listed in the manifest is missing \(it holds the v slices of $tensor" \
   'rm v.rank00000.safetensors'
-corrupt newer "manifest\.json: format_version 3 is newer than this build reads \(2\)" \
-  'sed -i "s/\"format_version\": *2/\"format_version\": 3/" manifest.json'
+corrupt newer "manifest\.json: format_version 4 is newer than this build reads \(3\)" \
+  'sed -i "s/\"format_version\": *2/\"format_version\": 4/" manifest.json'
 finish

@@ -33,25 +33,37 @@ TEST(Activations, BytesForMatchesAllocate) {
         for (int chunk : {0, 50})
           for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
                                           CheckpointPolicy::keep_attention, CheckpointPolicy::full})
-            for (bool qc : {false, true}) {  // the attention per query chunk (the local op) or whole
-              const MemoryOptions memory{policy, head_chunk, chunk};
-              const std::string what = fmt::format(
-                  "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "
-                  "checkpoint "
-                  "{}, query chunks {}",
-                  s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end, head_chunk,
-                  chunk, enum_name(kCheckpointPolicyNames, policy), qc);
-              Activations a;
-              a.allocate(c, range, s.B, s.T, false, memory, qc);
-              EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, qc), a.bytes()) << what;
-              ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU width 3d
-              lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
-              lc.d_ff = 3 * s.d_model;
-              LlamaActivations l;
-              l.allocate(lc, range, s.B, s.T, false, memory, qc);
-              EXPECT_EQ(LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, qc), l.bytes())
-                  << "llama, " << what;
-            }
+            for (bool qc : {false, true})  // the attention per query chunk (the local op) or whole
+              for (TpSplit split : {TpSplit{1, false}, TpSplit{2, false}, TpSplit{2, true}}) {
+                // A tensor-parallel rank's piece: its heads and widths, its TP-SP token slice, its
+                // vocabulary rows (padded to a multiple of tp).
+                const int t = split.t;
+                if (s.n_head % t != 0 || (split.sequence_parallel && (s.B * s.T) % t != 0)) continue;
+                const int64_t vocab_rows = (s.vocab + t - 1) / t;
+                const MemoryOptions memory{policy, head_chunk, chunk};
+                const std::string what = fmt::format(
+                    "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "
+                    "checkpoint {}, query chunks {}, tp {}{}",
+                    s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end, head_chunk,
+                    chunk, enum_name(kCheckpointPolicyNames, policy), qc, t,
+                    split.sequence_parallel ? " sp" : "");
+                Activations a;
+                a.allocate(c, range, s.B, s.T, false, memory, split, vocab_rows, qc);
+                EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, qc),
+                          a.bytes())
+                    << what;
+                ModelConfig lc =
+                    c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU width 3d
+                lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
+                lc.d_ff = 3 * s.d_model;
+                if (lc.n_kv_head % t != 0 && t % lc.n_kv_head != 0) continue;
+                LlamaActivations l;
+                l.allocate(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc);
+                EXPECT_EQ(
+                    LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc),
+                    l.bytes())
+                    << "llama, " << what;
+              }
   }
 }
 

@@ -21,7 +21,7 @@
 
 namespace odyssey {
 
-constexpr int kCheckpointFormatVersion = 2;
+constexpr int kCheckpointFormatVersion = 3;
 
 struct CheckpointState {
   ModelConfig model;

@@ -50,9 +50,11 @@ int inspect_one(const std::string& dir, std::ostream& out) {
     problems += int(found.size());
     for (const auto& s : info.at("slices"))
       holders[s.at("tensor")][info.at("kind")].push_back(
-          fmt::format("{} [{}, {})", name, s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()));
+          fmt::format("{} {}[{}, {})", name, s.contains("box") ? "box " + s.at("box").dump() + " " : "",
+                      s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()));
   }
-  out << "  tensors (global shape; slices as file [begin, end) of the flattened tensor):\n";
+  out << "  tensors (global shape; slices as file [begin, end) of the flattened tensor, or of a box's\n"
+         "  row-major order when a box [[lo, hi] per dimension] is given):\n";
   for (const auto& t : man.at("tensors")) {
     const std::string name = t.at("name");
     out << fmt::format("    {} {}\n", name, st_shape_string(t.at("shape").get<std::vector<int64_t>>()));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -60,6 +61,41 @@ std::string tensors_past(const nlohmann::json& info, uint64_t size) {
   return names.empty() ? "only the header" : names;
 }
 
+// A listed slice: its box (the whole tensor when the manifest gives none: format 2) and range.
+// where: the manifest or file, for errors.
+BoxSlice slice_of(const nlohmann::json& s, const std::vector<int64_t>& shape, const std::string& where) {
+  BoxSlice slice{whole_box(shape), s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()};
+  if (s.contains("box")) {
+    slice.box = {};
+    for (const auto& d : s.at("box")) {
+      ODY_CHECK(d.is_array() && d.size() == 2, "{}: a box of tensor {} holds [lo, hi] per dimension, not {}",
+                where, s.at("tensor").dump(), d.dump());
+      slice.box.lo.push_back(d.at(0).get<int64_t>());
+      slice.box.hi.push_back(d.at(1).get<int64_t>());
+    }
+  }
+  return slice;
+}
+
+nlohmann::json box_json(const Box& box) {
+  nlohmann::json j = nlohmann::json::array();
+  for (size_t d = 0; d < box.lo.size(); ++d) j.push_back({box.lo[d], box.hi[d]});
+  return j;
+}
+
+// Whether a file's header records the slice where the manifest's entry s places it.
+bool header_agrees(const SafetensorsFile& file, const std::string& entry, const nlohmann::json& s) {
+  const auto meta = file.metadata().find(entry);
+  if (meta == file.metadata().end() || !nlohmann::json::accept(meta->second)) return false;
+  try {
+    const nlohmann::json m = nlohmann::json::parse(meta->second);
+    return m.at("tensor") == s.at("tensor") && m.at("begin") == s.at("begin") && m.at("end") == s.at("end") &&
+           m.value("box", nlohmann::json()) == s.value("box", nlohmann::json());
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
 void check_file_size(const std::string& dir, const std::string& name, const nlohmann::json& info) {
   const std::string path = dir + "/" + name;
   ODY_CHECK(fs::exists(path), "{}: file {} listed in the manifest is missing (it holds the {} slices of {})",
@@ -83,30 +119,63 @@ std::string slice_file_name(const std::string& kind, int rank) {
   return fmt::format("{}.rank{:05d}.safetensors", kind, rank);
 }
 
+bool writes_tensor(const ParamInfo& p, const TpPlace& tp) {
+  ODY_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "checkpoint: tensor-parallel rank {} of {}",
+            tp.rank, tp.size);
+  if (p.shard.whole()) return tp.rank == 0;     // replicated: tp rank 0 writes it
+  const int holders = tp.size / p.shard.count;  // tp ranks holding this piece (GQA kv heads: t / K)
+  ODY_CHECK(p.shard.count <= tp.size && tp.size % p.shard.count == 0 && p.shard.index == tp.rank / holders,
+            "checkpoint: parameter {} holds piece {} of {}, not what tensor parallel rank {} of {} holds",
+            p.name, p.shard.index, p.shard.count, tp.rank, tp.size);
+  return tp.rank % holders == 0;
+}
+
 WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
-                             const ParamTable& table, const std::vector<DenseRange>& pieces) {
+                             const ParamTable& table, const std::vector<DenseRange>& pieces,
+                             const TpPlace& tp) {
   std::vector<StTensorRef> refs;
+  std::deque<std::vector<float>> gathered;  // slices not contiguous in the piece, in box order (stable)
   std::map<std::string, std::string> meta = {
       {"format", "odyssey-slices"}, {"kind", kind}, {"rank", std::to_string(rank)}};
   for (const DenseRange& piece : pieces) {
     for (const ParamInfo& p : table.tensors()) {
-      // A slice is a 1-D range of the global tensor; a tensor-parallel shard is a box of it.
-      ODY_CHECK(p.shard.whole(),
-                "checkpoint: parameter {} is a tensor shard; its slices cannot be written yet", p.name);
       const int64_t b = std::max(piece.begin, p.offset), e = std::min(piece.end, p.offset + p.numel);
-      if (e <= b) continue;
-      const float* data = piece.data + (b - piece.begin);
-      // Entries are named "<tensor>@<begin>": a rank may hold several slices of one tensor.
-      const std::string entry = fmt::format("{}@{}", p.name, b - p.offset);
-      refs.push_back({entry, StDtype::F32, {e - b}, data});
-      // The slice's place in the global tensor travels with it; the checksum lets readers verify
-      // just the slices they use.
-      meta[entry] = nlohmann::json{{"tensor", p.name},
-                                   {"shape", p.shape},
-                                   {"begin", b - p.offset},
-                                   {"end", e - p.offset},
-                                   {"xxh3_64", hex(XXH3_64bits(data, size_t(e - b) * sizeof(float)))}}
-                        .dump();
+      if (e <= b || !writes_tensor(p, tp)) continue;
+      // Local elements [b, e) of p: one slice per sub-parameter it holds (one for a whole tensor).
+      for (const PlacedSlice& held : held_slices(p, b - p.offset, e - p.offset)) {
+        const BoxSlice& slice = held.slice;
+        const int64_t n = slice.end - slice.begin;
+        // Where the slice's elements sit relative to piece.data.
+        PlacedSlice in_piece = held;
+        in_piece.base += p.offset - piece.begin;
+        // Box order is the piece's own order when each dimension after the first spans the piece's.
+        bool contiguous = true;
+        for (size_t d = 1; d < held.stride.size(); ++d)
+          contiguous &= held.stride[d - 1] == held.stride[d] * (slice.box.hi[d] - slice.box.lo[d]);
+        const float* data = nullptr;
+        if (contiguous) {
+          data = piece.data + (in_piece.base + slice.begin);
+        } else {
+          gathered.emplace_back(size_t(n));
+          copy_common(in_piece, piece.data, packed(slice), gathered.back().data());
+          data = gathered.back().data();
+        }
+        const bool whole = slice.box == whole_box(p.shape);
+        // Entries are named "<tensor>@<begin>" ("<tensor>@<box>+<begin>" for a box): a rank may hold
+        // several slices of one tensor.
+        const std::string entry = whole ? fmt::format("{}@{}", p.name, slice.begin)
+                                        : fmt::format("{}@{}+{}", p.name, box_string(slice.box), slice.begin);
+        refs.push_back({entry, StDtype::F32, {n}, data});
+        // The slice's place in the global tensor travels with it; the checksum lets readers verify
+        // just the slices they use.
+        nlohmann::json m = {{"tensor", p.name},
+                            {"shape", p.shape},
+                            {"begin", slice.begin},
+                            {"end", slice.end},
+                            {"xxh3_64", hex(XXH3_64bits(data, size_t(n) * sizeof(float)))}};
+        if (!whole) m["box"] = box_json(slice.box);
+        meta[entry] = m.dump();
+      }
     }
   }
   const std::string path = tmp_dir + "/" + slice_file_name(kind, rank);
@@ -122,7 +191,7 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
             files.size());
   const std::string final_dir = run_dir + "/" + checkpoint_step_name(state.step);
   nlohmann::json manifest = {{"format", "odyssey-checkpoint"},
-                             {"format_version", kCheckpointFormatVersion},
+                             {"format_version", 2},  // 3 once a slice is a box (below)
                              {"model", model_config_to_json(state.model)},
                              {"step", state.step},
                              {"next_row", state.next_row},
@@ -154,12 +223,17 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
       nlohmann::json slices = nlohmann::json::array();
       for (const auto& t : f.tensors()) {
         nlohmann::json m = nlohmann::json::parse(f.metadata().at(t.name));
-        slices.push_back({{"tensor", m.at("tensor")},
-                          {"entry", t.name},
-                          {"begin", m.at("begin")},
-                          {"end", m.at("end")},
-                          {"offset", data_start + uint64_t(t.data - f.tensors().front().data)},
-                          {"xxh3_64", m.at("xxh3_64")}});
+        nlohmann::json slice = {{"tensor", m.at("tensor")},
+                                {"entry", t.name},
+                                {"begin", m.at("begin")},
+                                {"end", m.at("end")},
+                                {"offset", data_start + uint64_t(t.data - f.tensors().front().data)},
+                                {"xxh3_64", m.at("xxh3_64")}};
+        if (m.contains("box")) {
+          slice["box"] = m.at("box");
+          manifest["format_version"] = 3;  // boxes: a format-2 reader must refuse it
+        }
+        slices.push_back(slice);
       }
       manifest["files"][name] = {
           {"kind", kind}, {"rank", r}, {"bytes", w.bytes}, {"xxh3_64", hex(w.xxh3)}, {"slices", slices}};
@@ -242,31 +316,27 @@ void check_sliced_manifest(const std::string& dir, const CheckpointState& state,
       ODY_CHECK(part || shapes.size() == table->tensors().size(), "{}: {} tensors, the model has {}", path,
                 shapes.size(), table->tensors().size());
     }
-    // Every kind covers every tensor exactly: sorted slices must tile [0, numel).
-    std::map<std::string, std::map<std::string, std::vector<std::pair<int64_t, int64_t>>>> cover;
+    // Every kind covers every tensor exactly once: its slices (boxes and ranges) tile the tensor. Checked
+    // from the manifest alone, before any file is looked at.
+    std::map<std::string, std::map<std::string, std::vector<BoxSlice>>> cover;
     for (auto& [name, info] : man.at("files").items()) {
-      check_file_size(dir, name, info);
-      for (const auto& s : info.at("slices"))
-        cover[info.at("kind")][s.at("tensor")].push_back(
-            {s.at("begin").get<int64_t>(), s.at("end").get<int64_t>()});
+      for (const auto& s : info.at("slices")) {
+        const std::string tensor = s.at("tensor");
+        auto it = shapes.find(tensor);
+        ODY_CHECK(it != shapes.end(),
+                  "{}: file {} holds a slice of tensor {}, which the manifest does not list", path, name,
+                  tensor);
+        cover[info.at("kind")][tensor].push_back(slice_of(s, it->second, path));
+      }
     }
     for (const auto& kind : man.at("kinds")) {
       for (const auto& [name, shape] : shapes) {
-        int64_t numel = 1;
-        for (int64_t d : shape) numel *= d;
-        auto ranges = cover[kind][name];
-        std::sort(ranges.begin(), ranges.end());
-        int64_t at = 0;
-        for (const auto& [b, e] : ranges) {
-          ODY_CHECK(b == at && e > b && e <= numel,
-                    "{}: the {} slices of tensor {} overlap or leave a gap at {}", path,
-                    kind.get<std::string>(), name, at);
-          at = e;
-        }
-        ODY_CHECK(at == numel, "{}: the {} slices of tensor {} cover {} of its {} elements", path,
-                  kind.get<std::string>(), name, at, numel);
+        const std::string problem = tiling_problem(shape, cover[kind][name]);
+        ODY_CHECK(problem.empty(), "{}: the {} slices of tensor {} do not cover it exactly once: {}", path,
+                  kind.get<std::string>(), name, problem);
       }
     }
+    for (auto& [name, info] : man.at("files").items()) check_file_size(dir, name, info);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed manifest: {}", path, e.what());
   }
@@ -275,23 +345,44 @@ void check_sliced_manifest(const std::string& dir, const CheckpointState& state,
 void read_slices(const std::string& dir, const CheckpointState& state, const ParamTable& table,
                  const std::string& kind, const std::vector<DenseRange>& ranges, float* dense) {
   const nlohmann::json& files = state.manifest.at("files");
-  std::map<std::string, const ParamInfo*> by_name;
-  for (const ParamInfo& p : table.tensors()) by_name[p.name] = &p;
   bool listed = false;
   for (const auto& k : state.manifest.at("kinds")) listed |= k == kind;
   ODY_CHECK(listed, "{}: holds no '{}' state (a weights-only checkpoint?)", dir, kind);
+  // Per tensor of the table, the slices of the global tensor the ranges ask for, placed in dense.
+  struct Want {
+    PlacedSlice slice;
+    std::pair<int64_t, int64_t> hull;  // flat_hull: a cheap first test of which stored slices meet it
+  };
+  std::map<std::string, std::pair<const ParamInfo*, std::vector<Want>>> wanted;
+  for (const ParamInfo& p : table.tensors()) {
+    auto& [info, wants] = wanted[p.name];
+    info = &p;
+    for (const DenseRange& r : ranges) {
+      const int64_t b = std::max(r.begin, p.offset), e = std::min(r.end, p.offset + p.numel);
+      if (b >= e) continue;
+      for (PlacedSlice want : held_slices(p, b - p.offset, e - p.offset)) {
+        want.base += p.offset;
+        wants.push_back({want, flat_hull(want.slice, p.shape)});
+      }
+    }
+  }
   for (auto& [name, info] : files.items()) {
     if (info.at("kind") != kind) continue;
     std::unique_ptr<SafetensorsFile> file;  // opened only when one of its slices is needed
     for (const auto& s : info.at("slices")) {
       const std::string tensor = s.at("tensor");
-      auto it = by_name.find(tensor);
-      if (it == by_name.end()) continue;  // another pipeline stage's
-      const int64_t base = it->second->offset;
-      const int64_t b = base + s.at("begin").get<int64_t>(), e = base + s.at("end").get<int64_t>();
-      bool needed = false;
-      for (const DenseRange& r : ranges) needed |= std::max(r.begin, b) < std::min(r.end, e);
-      if (!needed) continue;
+      auto it = wanted.find(tensor);
+      if (it == wanted.end()) continue;  // another pipeline stage's
+      const auto& [p, wants] = it->second;
+      const PlacedSlice stored = packed(slice_of(s, p->shape, dir + "/manifest.json"));
+      const int64_t n = stored.slice.end - stored.slice.begin;
+      const auto hull = flat_hull(stored.slice, p->shape);
+      std::vector<const PlacedSlice*> meets;
+      for (const Want& want : wants)
+        if (std::max(hull.first, want.hull.first) < std::min(hull.second, want.hull.second) &&
+            copy_common(stored, nullptr, want.slice, nullptr) > 0)
+          meets.push_back(&want.slice);
+      if (meets.empty()) continue;
       if (!file) {
         check_file_size(dir, name, info);
         file = std::make_unique<SafetensorsFile>(dir + "/" + name);
@@ -299,16 +390,21 @@ void read_slices(const std::string& dir, const CheckpointState& state, const Par
       const SafetensorsFile::Tensor* t = file->try_get(s.at("entry").get<std::string>());
       ODY_CHECK(t != nullptr, "{}: tensor {} slice {} listed in the manifest is not in the file",
                 file->path(), tensor, s.at("entry").get<std::string>());
-      ODY_CHECK(t->dtype == StDtype::F32 && t->shape == std::vector<int64_t>{e - b},
+      // The slice's place as the writer recorded it in the file: a manifest that places it elsewhere
+      // (still tiling the tensor) would read elements into the wrong place.
+      ODY_CHECK(
+          header_agrees(*file, t->name, s),
+          "{}: tensor {} slice {}: its box {} and range [{}, {}) in the manifest differ from the file's "
+          "header (the manifest or the file is corrupt)",
+          file->path(), tensor, t->name, box_string(stored.slice.box), stored.slice.begin, stored.slice.end);
+      ODY_CHECK(t->dtype == StDtype::F32 && t->shape == std::vector<int64_t>{n},
                 "{}: tensor {} slice has {} {}, the manifest says F32 [{}]", file->path(), tensor,
-                st_dtype_name(t->dtype), st_shape_string(t->shape), e - b);
-      ODY_CHECK(hex(XXH3_64bits(t->data, t->bytes)) == s.at("xxh3_64").get<std::string>(),
-                "{}: tensor {} (elements [{}, {}) of its {} slice) fails its checksum: the file is corrupt",
-                file->path(), tensor, b - base, e - base, kind);
-      for (const DenseRange& r : ranges) {
-        const int64_t lo = std::max(r.begin, b), hi = std::min(r.end, e);
-        if (lo < hi) std::memcpy(dense + lo, t->data + (lo - b) * 4, size_t(hi - lo) * sizeof(float));
-      }
+                st_dtype_name(t->dtype), st_shape_string(t->shape), n);
+      ODY_CHECK(
+          hex(XXH3_64bits(t->data, t->bytes)) == s.at("xxh3_64").get<std::string>(),
+          "{}: tensor {} (elements [{}, {}) of its {} slice {}) fails its checksum: the file is corrupt",
+          file->path(), tensor, stored.slice.begin, stored.slice.end, kind, box_string(stored.slice.box));
+      for (const PlacedSlice* want : meets) copy_common(stored, t->data, *want, dense);
     }
   }
 }

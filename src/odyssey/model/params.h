@@ -19,7 +19,7 @@ namespace odyssey {
 // cut into `count` equal pieces, and this table holds piece `index` of every part, concatenated.
 // padded > 0: the dimension is padded to that size before it is cut (a vocabulary padded to a
 // multiple of tp); rows past the real size are padding, held as zeros. dim = -1: the whole tensor.
-// (Checkpoints refuse shards until they write slices as boxes of the global tensor.)
+// (Checkpoints store each piece as boxes of the global tensor: checkpoint/box.h.)
 struct TensorShard {
   int dim = -1;
   int index = 0;

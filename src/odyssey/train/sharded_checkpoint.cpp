@@ -1,5 +1,7 @@
 #include "odyssey/train/sharded_checkpoint.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -72,7 +74,8 @@ std::string save_sharded_checkpoint(Communicator& dp, const ZeroEngine& engine, 
 
 std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
                                     const std::vector<CheckpointPart>& parts, const ParamTable& model,
-                                    const CheckpointState& state, const std::string& run_dir, int keep) {
+                                    const CheckpointState& state, const std::string& run_dir, int keep,
+                                    Communicator* tp) {
   Timer timer;
   const std::string tmp_dir = checkpoint_tmp_dir(run_dir, state.step);
   if (writers.rank() == 0) {
@@ -124,9 +127,11 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
       std::vector<DenseRange> pieces;
       for (const Run& run : runs)
         pieces.push_back({run.begin, run.end, part_kinds[k].storage + run.*part_kinds[k].at});
+      if (tp && part_kinds[k].name == "params") check_tp_replicas(*tp, *part.table, pieces);
       pause_for_tests();
-      mine[p].files[k] = write_slice_file(tmp_dir, part_kinds[k].name, writers.rank() * int(P) + int(p),
-                                          *part.table, pieces);
+      mine[p].files[k] =
+          write_slice_file(tmp_dir, part_kinds[k].name, writers.rank() * int(P) + int(p), *part.table, pieces,
+                           tp ? TpPlace{tp->rank(), tp->size()} : TpPlace{});
     }
   }
   // Also the barrier: rank 0 commits only once every rank's files are complete.
@@ -156,6 +161,48 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
              writers.size(), timer.seconds(), double(bytes) / 1e6);
   }
   return final_dir;
+}
+
+void check_tp_replicas(Communicator& tp, const ParamTable& table, const std::vector<DenseRange>& pieces) {
+  const int t = tp.size();
+  if (t == 1) return;
+  // Per tensor the xxh3 of this rank's elements of it within the pieces, then one of the ranges.
+  const size_t n = table.tensors().size();
+  std::vector<uint64_t> mine(n + 1), all(size_t(t) * (n + 1));
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> st(XXH3_createState(), XXH3_freeState);
+  for (size_t i = 0; i < n; ++i) {
+    const ParamInfo& p = table.tensors()[i];
+    XXH3_64bits_reset(st.get());
+    for (const DenseRange& piece : pieces) {
+      const int64_t b = std::max(piece.begin, p.offset), e = std::min(piece.end, p.offset + p.numel);
+      if (b < e) XXH3_64bits_update(st.get(), piece.data + (b - piece.begin), size_t(e - b) * sizeof(float));
+    }
+    mine[i] = XXH3_64bits_digest(st.get());
+  }
+  std::vector<int64_t> ranges;
+  for (const DenseRange& piece : pieces) ranges.insert(ranges.end(), {piece.begin, piece.end});
+  mine[n] = XXH3_64bits(ranges.data(), ranges.size() * sizeof(int64_t));
+  tp.all_gather(mine.data(), all.data(), (n + 1) * sizeof(uint64_t), DType::u8);
+  auto at = [&](int q, size_t i) { return all[size_t(q) * (n + 1) + i]; };
+  // Every rank checks every pair, so all fail alike.
+  for (int q = 1; q < t; ++q)
+    ODY_CHECK(
+        at(q, n) == at(0, n),
+        "checkpoint: tensor parallel ranks 0 and {} hold different ranges of their shards (the tables or "
+        "ZeRO partitions differ)",
+        q);
+  for (size_t i = 0; i < n; ++i) {
+    const ParamInfo& p = table.tensors()[i];
+    const int holders = p.shard.whole() ? t : t / p.shard.count;  // ranks holding the same piece
+    for (int q = 0; q < t && holders > 1; ++q) {
+      const int first = q / holders * holders;
+      ODY_CHECK(
+          at(q, i) == at(first, i),
+          "checkpoint: parameter {} is replicated over tensor parallel ranks but differs between tp rank {} "
+          "and tp rank {} (replicas must stay bit-identical; only rank {} writes it)",
+          p.name, first, q, first);
+    }
+  }
 }
 
 CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engine, const ParamTable& table,
