@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
           piece.data = values.data() + piece.begin;
           Timer timer;
           files[0].push_back(
-              write_slice_file(tmp, "params", r * w.zero + z, local, {piece}, TpPlace{r, w.tp}));
+              write_slice_file(tmp, "params", r * w.zero + z, local, {piece}, TpPiece{w.tp, r}));
           seconds += timer.seconds();
         }
       }

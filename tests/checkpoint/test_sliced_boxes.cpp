@@ -118,7 +118,7 @@ class SlicedBoxes : public ::testing::Test {
             if (!mine[size_t(i)]) buf[size_t(i)] = -999.0f;
           for (DenseRange& piece : pieces) piece.data = buf.data() + piece.begin;
           files[k].push_back(
-              write_slice_file(tmp, kKinds[k], r * at.zero + z, local, pieces, TpPlace{r, at.tp}));
+              write_slice_file(tmp, kKinds[k], r * at.zero + z, local, pieces, TpPiece{at.tp, r}));
         }
       }
     }
@@ -339,13 +339,13 @@ TEST_F(SlicedBoxes, CorruptBoxDataIsNamed) {
 }
 
 // A writer passing the wrong tp place is refused naming a tensor, before anything is written.
-TEST_F(SlicedBoxes, WrongTpPlaceIsRefused) {
+TEST_F(SlicedBoxes, WrongTpPieceIsRefused) {
   const ParamTable local = ParamTable(gpt2_odd()).tensor_parallel(2, 0);
   const std::string tmp = checkpoint_tmp_dir(run_, 1);
   fs::create_directories(tmp);
   std::vector<float> buf(size_t(local.total()));
   try {
-    write_slice_file(tmp, "params", 1, local, {{0, local.total(), buf.data()}}, TpPlace{1, 2});
+    write_slice_file(tmp, "params", 1, local, {{0, local.total(), buf.data()}}, TpPiece{2, 1});
     FAIL() << "wrote rank 0's shards as rank 1";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not what tensor parallel rank 1 of 2 holds"), std::string::npos)

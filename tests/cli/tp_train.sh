@@ -3,7 +3,8 @@
 # steps at tp 2 and 4 with Megatron sequence parallelism (the default) and without it, tp2 x dp2 under
 # ZeRO-1 and ZeRO-3, tp2 x Ulysses 2, tp2 x ring 2, tp2 x pp2 (1F1B and zb1), and memory.checkpoint =
 # full under TP-SP and over sequence chunks under plain TP: every step's loss and the validation loss
-# within relative 1e-5 of the single process. The metrics carry the tp group's bytes; the memory
+# within relative 1e-5 of the single process. Checkpoints written at tp2 x dp2 resume at tp1, tp4 and
+# dp4, one written at pp2 at tp2 and one at tp2 x pp2 at one process. The metrics carry the tp group's bytes; the memory
 # check counts a rank's pieces; impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -90,6 +91,25 @@ for arch in gpt2 llama; do
   run ${arch}_tp2_nosp_chunks 2 --set parallel.tp=2 --set parallel.tp_sp=false --set memory.checkpoint=full \
     --set memory.chunk_tokens=24
   compare_all ${arch}_tp2_nosp_chunks ${arch}_ref
+
+  # A checkpoint written at tp2 x dp2 (ZeRO-1) after 4 steps resumes at tp1, tp4 and dp4 to step 10;
+  # one written at pp2 resumes at tp2, one at tp2 x pp2 at one process.
+  run ${arch}_part 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=1 --set train.exit_after=4
+  grep -q '"format": *3' "$WORK/${arch}_part/step_00000004/manifest.json" && echo "ok: tp checkpoint is format 3" ||
+    fail "${arch}: the tp2 checkpoint is not format 3"
+  for at in tp4 dp4; do cp -r "$WORK/${arch}_part" "$WORK/${arch}_part_$at"; done
+  run ${arch}_part 1 --set checkpoint.resume=true
+  compare_all ${arch}_part ${arch}_ref
+  run ${arch}_part_tp4 4 --set parallel.tp=4 --set checkpoint.resume=true
+  compare_all ${arch}_part_tp4 ${arch}_ref
+  run ${arch}_part_dp4 4 --set parallel.dp=4 --set parallel.zero_stage=1 --set checkpoint.resume=true
+  compare_all ${arch}_part_dp4 ${arch}_ref
+  run ${arch}_pp_part 2 --set parallel.pp=2 --set train.exit_after=4
+  run ${arch}_pp_part 2 --set parallel.tp=2 --set checkpoint.resume=true
+  compare_all ${arch}_pp_part ${arch}_ref
+  run ${arch}_tppp_part 4 --set parallel.tp=2 --set parallel.pp=2 --set train.exit_after=4
+  run ${arch}_tppp_part 1 --set checkpoint.resume=true
+  compare_all ${arch}_tppp_part ${arch}_ref
 done
 
 # The metrics carry the tp group's traffic, and a tp rank holds about half the weights.

@@ -77,7 +77,7 @@ TEST(TpCheckpoint, RanksWriteBoxesTogetherAndAnyTpReadsThem) {
   // Each ZeRO shard of each tp rank writes its own file, all ranks at once.
   WrittenFile mine[2];
   for (int z = 0; z < 2; ++z)
-    mine[z] = write_slice_file(tmp, "params", 2 * r + z, local, {pieces[size_t(z)]}, TpPlace{r, t});
+    mine[z] = write_slice_file(tmp, "params", 2 * r + z, local, {pieces[size_t(z)]}, TpPiece{t, r});
   std::vector<WrittenFile> all(size_t(2 * t));
   world.all_gather(mine, all.data(), sizeof(mine), DType::u8);
   std::string dir = run + "/" + checkpoint_step_name(1);

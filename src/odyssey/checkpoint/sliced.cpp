@@ -119,7 +119,7 @@ std::string slice_file_name(const std::string& kind, int rank) {
   return fmt::format("{}.rank{:05d}.safetensors", kind, rank);
 }
 
-bool writes_tensor(const ParamInfo& p, const TpPlace& tp) {
+bool writes_tensor(const ParamInfo& p, const TpPiece& tp) {
   ODY_CHECK(tp.size >= 1 && tp.rank >= 0 && tp.rank < tp.size, "checkpoint: tensor-parallel rank {} of {}",
             tp.rank, tp.size);
   if (p.shard.whole()) return tp.rank == 0;     // replicated: tp rank 0 writes it
@@ -132,7 +132,7 @@ bool writes_tensor(const ParamInfo& p, const TpPlace& tp) {
 
 WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
                              const ParamTable& table, const std::vector<DenseRange>& pieces,
-                             const TpPlace& tp) {
+                             const TpPiece& tp) {
   std::vector<StTensorRef> refs;
   std::deque<std::vector<float>> gathered;  // slices not contiguous in the piece, in box order (stable)
   std::map<std::string, std::string> meta = {

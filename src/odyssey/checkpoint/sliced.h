@@ -17,7 +17,7 @@
 // A slice whose box is not the whole tensor (a tensor-parallel shard) is listed with "box" and makes
 // the checkpoint format 3, so a build that reads only format 2 refuses it instead of misreading it; a
 // checkpoint without tensor parallelism stays format 2. Every global element is stored exactly once:
-// a tensor (or a GQA kv head) that several tp ranks hold is written by the first of them (TpPlace).
+// a tensor (or a GQA kv head) that several tp ranks hold is written by the first of them (TpPiece).
 //
 // The ranks write their files in parallel into "<run dir>/.step_00000010.tmp/"; after every rank has
 // finished, rank 0 writes the manifest and renames the directory. A directory without a manifest is
@@ -61,17 +61,11 @@ std::string checkpoint_step_name(int64_t step);  // "step_00000010"
 std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
 std::string slice_file_name(const std::string& kind, int rank);  // "params.rank00003.safetensors"
 
-// The tensor-parallel rank a table was cut for (ParamTable::tensor_parallel(size, rank)). Tensors
-// replicated over tp, and kv heads replicated when tp > n_kv_head, are held by several tp ranks; only
-// the first holder (tp rank 0, or the first rank of the kv head's group) writes them.
-struct TpPlace {
-  int rank = 0;
-  int size = 1;
-};
-
-// Whether this tp rank writes p (see TpPlace). Fails naming the tensor when p's shard is not one
+// Of a tensor several tp ranks hold (TpPiece, model/params.h) only the first holder (tp rank 0, or
+// the first rank of the kv head's group) writes it.
+// Whether this tp rank writes p (see TpPiece). Fails naming the tensor when p's shard is not one
 // tensor_parallel(size, rank) cuts.
-bool writes_tensor(const ParamInfo& p, const TpPlace& tp);
+bool writes_tensor(const ParamInfo& p, const TpPiece& tp);
 
 // Writes this rank's file of one kind: the slice of every tensor the pieces intersect, as boxes of
 // the global tensor when the table is tensor-parallel (one slice per sub-parameter and piece), less
@@ -79,7 +73,7 @@ bool writes_tensor(const ParamInfo& p, const TpPlace& tp);
 // box order first: the file's size of extra memory at most, usually a fraction of it.
 WrittenFile write_slice_file(const std::string& tmp_dir, const std::string& kind, int rank,
                              const ParamTable& table, const std::vector<DenseRange>& pieces,
-                             const TpPlace& tp = {});
+                             const TpPiece& tp = {});
 
 // Rank 0, once every rank's files exist in tmp_dir: writes the manifest (files[k][rank] are the
 // writers' reports of kinds[k]; the slices are read back from the headers), renames tmp_dir to the step

@@ -45,6 +45,14 @@ struct TpRule {
   bool operator==(const TpRule&) const = default;
 };
 
+// The tensor-parallel piece a rank holds: rank `rank` of `size` (tensor-pipeline-parallelism.md §1).
+// Its tables are cut by ParamTable::tensor_parallel(size, rank). Tensors replicated over tp, and kv
+// heads replicated when tp > n_kv_head, are held by several tp ranks.
+struct TpPiece {
+  int size = 1;
+  int rank = 0;
+};
+
 struct ParamInfo {
   std::string name;            // e.g. "h.3.attn.c_attn.weight"
   std::vector<int64_t> shape;  // global shape

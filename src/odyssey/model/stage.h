@@ -83,14 +83,6 @@ struct StageRange {
   bool operator==(const StageRange&) const = default;
 };
 
-// The tensor-parallel piece a stage holds: rank `rank` of `size` (tensor-pipeline-parallelism.md §1).
-// Its table is the whole stage's cut by ParamTable::tensor_parallel(size, rank); the ops it runs with
-// (set_tensor_parallel) span a group of that size.
-struct TpPiece {
-  int size = 1;
-  int rank = 0;
-};
-
 // What a stage keeps of one micro-batch between its forward and its backward (per architecture).
 //
 // Pipeline hand-offs are hidden states [B*T, C] that the caller owns and keeps valid until the stage's

@@ -131,7 +131,7 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
       pause_for_tests();
       mine[p].files[k] =
           write_slice_file(tmp_dir, part_kinds[k].name, writers.rank() * int(P) + int(p), *part.table, pieces,
-                           tp ? TpPlace{tp->rank(), tp->size()} : TpPlace{});
+                           tp ? TpPiece{tp->size(), tp->rank()} : TpPiece{});
     }
   }
   // Also the barrier: rank 0 commits only once every rank's files are complete.

@@ -385,17 +385,22 @@ struct Run {
                       {"total_steps", tc.steps},
                       {"step", step},
                       {"next_lr", schedule.at(std::min(step, std::max<int64_t>(tc.steps - 1, 0)))}};
-    if (!pipeline)
+    if (!pipeline && !tp_linears)
       return save_sharded_checkpoint(replicas, engine(), model().table(), state, config.checkpoint.dir,
                                      config.checkpoint.keep);
-    // Every stage writes its tensors; the tied copy is stored once, by the first stage.
-    state.layout["pp_schedule"] = enum_name(kPipelineScheduleNames, pc.pp_schedule);
-    state.layout["pp_virtual"] = pc.pp_virtual;
+    // Every stage writes its tensors (the tied copy once, by the first stage) and every tp rank its
+    // pieces (a tensor several hold, once, by the first holder), as boxes of the global tensors.
+    if (pipeline) {
+      state.layout["pp_schedule"] = enum_name(kPipelineScheduleNames, pc.pp_schedule);
+      state.layout["pp_virtual"] = pc.pp_virtual;
+    }
+    state.layout["tp_sp"] = pc.tp_sp;
     std::vector<CheckpointPart> parts;
     for (size_t c = 0; c < models.size(); ++c)
-      parts.push_back({engines[c].get(), &models[c]->table(), pipe.norm_skip[c]});
+      parts.push_back({engines[c].get(), &models[c]->table(), pipeline ? pipe.norm_skip[c] : Range{}});
     return save_sharded_checkpoint(world, replicas, parts, ParamTable(config.model), state,
-                                   config.checkpoint.dir, config.checkpoint.keep);
+                                   config.checkpoint.dir, config.checkpoint.keep,
+                                   tp_linears ? &grid.tp() : nullptr);
   }
 
   void log_start(double gemm_gflops) const {
