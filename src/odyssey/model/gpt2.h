@@ -61,7 +61,7 @@ struct Gpt2Activations : StageActivations {
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
                           bool shared_qkv = false, const MemoryOptions& memory = {});
 
-  const float* output() const override { return kept.layers.back().residual3.data(); }
+  const float* output() const override { return kept.output(kept.layers.size() - 1); }
   const float* input_grad() const override { return dres.data(); }
 };
 using Activations = Gpt2Activations;

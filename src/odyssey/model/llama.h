@@ -41,7 +41,7 @@ struct LlamaActivations : StageActivations {
   size_t bytes() const override;
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
                           const MemoryOptions& memory);
-  const float* output() const override { return kept.layers.back().residual3.data(); }
+  const float* output() const override { return kept.output(kept.layers.size() - 1); }
   const float* input_grad() const override { return dres.data(); }
 };
 

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "odyssey/core/enum_names.h"
@@ -41,10 +42,18 @@ inline constexpr EnumNames<CheckpointPolicy, 5> kCheckpointPolicyNames = {
      {"keep_attention", CheckpointPolicy::keep_attention},
      {"full", CheckpointPolicy::full},
      {"auto", CheckpointPolicy::automatic}}};
+// Where the layer inputs kept by keep_attention and full live between a layer's forward and its
+// backward: in RAM, or (disk) in a scratch file in offload_dir written during the forward and read back
+// one layer ahead during the backward, with two layer inputs resident (model/layer_loop.h).
+enum class MemoryTier { ram, disk };
+inline constexpr EnumNames<MemoryTier, 2> kMemoryTierNames = {
+    {{"ram", MemoryTier::ram}, {"disk", MemoryTier::disk}}};
 struct MemoryOptions {
   CheckpointPolicy checkpoint = CheckpointPolicy::none;
   int head_chunk_tokens = 0;  // rows of LM-head logits held at once (0: the whole micro-batch)
   int chunk_tokens = 0;       // rows per token-local chunk of a layer (0: the whole micro-batch)
+  MemoryTier tier = MemoryTier::ram;
+  std::string offload_dir = "";  // tier disk: the directory of the scratch files (this process's own)
 };
 
 class LayerHooks {
@@ -149,6 +158,8 @@ class Stage {
   // saved tensors, without allocating (the memory check); and what the attention op holds now.
   virtual size_t activation_bytes_for(int B, int T) const = 0;
   virtual size_t attention_bytes() const = 0;
+  // The scratch file the disk tier writes for a micro-batch of B x T (0 with the RAM tier).
+  virtual uint64_t offload_bytes_for(int B, int T) const = 0;
 
   // Conveniences over the stage's own activations (one micro-batch in flight).
   double forward(const int* inputs, const int* targets, const int* positions, int B, int T, int64_t* count);

@@ -31,6 +31,7 @@
 #include "odyssey/train/evaluate.h"
 #include "odyssey/train/memory_check.h"
 #include "odyssey/train/metrics.h"
+#include "odyssey/train/offload_directory.h"
 #include "odyssey/train/run_directory.h"
 #include "odyssey/train/sharded_checkpoint.h"
 #include "odyssey/train/train_step.h"
@@ -139,6 +140,8 @@ struct Run {
   SequenceShard shard;
   std::unique_ptr<TokenDataset> train_data, val_data;
   std::string auto_note;  // which policy memory.checkpoint = auto picked, and why (logged at start)
+  CheckpointPolicy policy = CheckpointPolicy::none;  // memory.checkpoint, auto resolved (check_memory)
+  std::unique_ptr<OffloadDirectory> offload_dir;     // memory.tier = disk: this rank's (start_offload)
   // Pipeline parallelism (parallel.pp > 1).
   PipelineShape shape;
   std::unique_ptr<PipelineRunner> pipeline;
@@ -163,9 +166,11 @@ struct Run {
     }
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
+    policy = automatic ? CheckpointPolicy::none : c.memory.checkpoint;
     for (auto& model : models) {
-      model->set_memory(MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint,
-                                      c.memory.head_chunk_tokens, c.memory.chunk_tokens});
+      model->set_memory(
+          automatic ? MemoryOptions{CheckpointPolicy::none, c.memory.head_chunk_tokens, c.memory.chunk_tokens}
+                    : memory_options(c.memory.checkpoint));
       engines.push_back(std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer));
     }
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
@@ -180,6 +185,21 @@ struct Run {
     if (P > 1) build_pipeline();
   }
   Stage& model() { return *models.front(); }
+
+  // The stages' memory options under a policy; the disk tier's files go to this rank's own directory
+  // once it exists (start_offload), memory.offload_dir until then (only sized, never written).
+  MemoryOptions memory_options(CheckpointPolicy checkpoint) const {
+    const MemoryConfig& m = config.memory;
+    return MemoryOptions{checkpoint, m.head_chunk_tokens, m.chunk_tokens, m.tier,
+                         offload_dir ? offload_dir->path() : m.offload_dir};
+  }
+  // memory.tier = disk: this rank's scratch directory, and the stages told to use it.
+  void start_offload() {
+    const bool recomputes = policy == CheckpointPolicy::keep_attention || policy == CheckpointPolicy::full;
+    if (config.memory.tier != MemoryTier::disk || !recomputes) return;
+    offload_dir = std::make_unique<OffloadDirectory>(config.memory.offload_dir, world.rank());
+    for (auto& model : models) model->set_memory(memory_options(policy));
+  }
   ZeroEngine& engine() { return *engines.front(); }
 
   // The runner over this rank's stages, and the tied embedding: a stage with the head but not the
@@ -244,23 +264,31 @@ struct Run {
       n.state_per_rank = state_bytes;
       n.tokens_per_rank = seq_len() / grid.sp().size();
       size_t largest = 0;
+      uint64_t disk = 0;
       for (auto& model : models) {
-        model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
+        model->set_memory(memory_options(policy));
         largest = std::max(largest, model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank));
+        disk += model->offload_bytes_for(tc.micro_batch, n.tokens_per_rank);
       }
       n.activations_per_rank = largest * size_t(in_flight);
+      n.offload_per_rank = disk * uint64_t(in_flight);
+      n.tier = enum_name(kMemoryTierNames, config.memory.tier);
       n.ranks_on_host = host_layout(world).local_size;
       n.seq_len = seq_len();
       n.micro_batch = tc.micro_batch;
       n.checkpoint = enum_name(kCheckpointPolicyNames, policy);
+      this->policy = policy;
       return n;
     };
     if (config.memory.checkpoint != CheckpointPolicy::automatic) {
       need = need_for(config.memory.checkpoint);
     } else {
       std::string tried;
-      for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
-                                      CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+      // The disk tier holds what keep_attention and full keep: auto chooses between those two.
+      std::vector<CheckpointPolicy> policies = {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                                CheckpointPolicy::keep_attention, CheckpointPolicy::full};
+      if (config.memory.tier == MemoryTier::disk) policies.erase(policies.begin(), policies.begin() + 2);
+      for (CheckpointPolicy policy : policies) {
         need = need_for(policy);
         const bool fits = fits_host_memory(need, tc.host_memory_gb, host_available);
         tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", need.checkpoint,
@@ -272,6 +300,9 @@ struct Run {
           need.checkpoint, tried);
     }
     check_host_memory(need, tc.host_memory_gb, host_available);
+    if (need.offload_per_rank > 0)
+      check_offload_disk(need, config.memory.disk_budget_gb, config.memory.offload_dir,
+                         offload_dir_free_bytes(config.memory.offload_dir));
     return need;
   }
 
@@ -466,6 +497,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const uint64_t host_available = available_memory_bytes();
   const HostMemoryNeed need = run.check_memory(host_available, dry_run);
   run.open_data();
+  if (!dry_run) run.start_offload();
   if (dry_run) {
     if (root && !run.auto_note.empty()) log_info("{}", run.auto_note);
     if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
