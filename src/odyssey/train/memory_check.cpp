@@ -1,5 +1,6 @@
 #include "odyssey/train/memory_check.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -52,6 +53,10 @@ void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t av
 }
 
 uint64_t offload_dir_free_bytes(const std::string& dir) {
+  struct stat st {};
+  ODY_CHECK(::stat(dir.c_str(), &st) == 0, "memory.offload_dir '{}' cannot be used: {}", dir,
+            std::strerror(errno));
+  ODY_CHECK(S_ISDIR(st.st_mode), "memory.offload_dir '{}' is not a directory", dir);
   struct statvfs fs {};
   ODY_CHECK(::statvfs(dir.c_str(), &fs) == 0, "memory.offload_dir '{}' cannot be used: {}", dir,
             std::strerror(errno));

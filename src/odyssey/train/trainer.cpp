@@ -194,11 +194,14 @@ struct Run {
                          offload_dir ? offload_dir->path() : m.offload_dir};
   }
   // memory.tier = disk: this rank's scratch directory, and the stages told to use it.
-  void start_offload() {
+  void start_offload(const HostMemoryNeed& need) {
     const bool recomputes = policy == CheckpointPolicy::keep_attention || policy == CheckpointPolicy::full;
     if (config.memory.tier != MemoryTier::disk || !recomputes) return;
     offload_dir = std::make_unique<OffloadDirectory>(config.memory.offload_dir, world.rank());
     for (auto& model : models) model->set_memory(memory_options(policy));
+    if (root())
+      log_info("memory.tier = disk: {} of layer inputs per rank in {} (rank 0's scratch directory)",
+               size(need.offload_per_rank), offload_dir->path());
   }
   ZeroEngine& engine() { return *engines.front(); }
 
@@ -468,12 +471,14 @@ void log_dry_run(const HostMemoryNeed& need, int zero_stage, int micro_batch, ui
   const double gib = double(uint64_t{1} << 30);
   log_info(
       "dry run: per rank {:.3f} GiB of model state (ZeRO stage {}) + {:.3f} GiB of activations "
-      "({} tokens x micro_batch {}, memory.checkpoint = {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} "
-      "GiB "
-      "available",
+      "({} tokens x micro_batch {}, memory.checkpoint = {}, memory.tier = {}); {} rank(s) on this host need "
+      "{:.3f} GiB; {:.3f} GiB available{}",
       need.state_per_rank / gib, zero_stage, need.activations_per_rank / gib, need.tokens_per_rank,
-      micro_batch, need.checkpoint, need.ranks_on_host,
-      (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib);
+      micro_batch, need.checkpoint, need.tier, need.ranks_on_host,
+      (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib,
+      need.offload_per_rank > 0
+          ? fmt::format("; {:.3f} GiB of layer inputs on disk per rank", need.offload_per_rank / gib)
+          : "");
 }
 
 }  // namespace
@@ -497,7 +502,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const uint64_t host_available = available_memory_bytes();
   const HostMemoryNeed need = run.check_memory(host_available, dry_run);
   run.open_data();
-  if (!dry_run) run.start_offload();
+  if (!dry_run) run.start_offload(need);
   if (dry_run) {
     if (root && !run.auto_note.empty()) log_info("{}", run.auto_note);
     if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
