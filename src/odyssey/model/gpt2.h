@@ -62,6 +62,7 @@ struct Gpt2Activations : StageActivations {
                           bool shared_qkv = false, const MemoryOptions& memory = {});
 
   const float* output() const override { return kept.output(kept.layers.size() - 1); }
+  OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }
 };
 using Activations = Gpt2Activations;

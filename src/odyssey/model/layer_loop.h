@@ -97,6 +97,10 @@ struct KeptLayers {
     return policy == memory.checkpoint && offload_dir == memory.offload_dir &&
            tier == (recomputes_layers() ? memory.tier : MemoryTier::ram);
   }
+  OffloadStats offload() const {
+    return disk ? OffloadStats{disk->bytes_written(), disk->bytes_read(), disk->stall_seconds()}
+                : OffloadStats{};
+  }
   // Everything held in RAM: the layers, the working layer and the slots.
   size_t bytes() const {
     size_t total = work.bytes() + slots[0].bytes() + slots[1].bytes();

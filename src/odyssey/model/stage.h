@@ -88,6 +88,13 @@ struct StageRange {
   bool operator==(const StageRange&) const = default;
 };
 
+// The disk tier's traffic so far (memory.tier = disk): bytes written and read back, and the time the
+// compute waited for the I/O thread (the stall).
+struct OffloadStats {
+  uint64_t bytes_written = 0, bytes_read = 0;
+  double stall_seconds = 0;
+};
+
 // What a stage keeps of one micro-batch between its forward and its backward (per architecture).
 //
 // Pipeline hand-offs are hidden states [B*T, C] that the caller owns and keeps valid until the stage's
@@ -97,6 +104,7 @@ class StageActivations {
  public:
   virtual ~StageActivations() = default;
   virtual size_t bytes() const = 0;  // what the attention op saved in the layers included
+  virtual OffloadStats offload() const = 0;
 
   const float* input = nullptr;
   const float* output_grad = nullptr;

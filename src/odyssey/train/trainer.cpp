@@ -570,6 +570,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   for (int64_t step = start_step; step < end_step; ++step) {
     world.stats().reset();  // the metrics report this step's traffic
     Timer timer;
+    const OffloadStats io_before = acts ? acts->offload() : OffloadStats{};
     const float lr = schedule.at(step);
     const StepResult stepped = run.pipeline
                                    ? train_step(run.pipe, *train_rows, run.replicas, step_settings, step, lr)
@@ -626,6 +627,15 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"memory", memory.to_json()},
                              {"peak_rss_bytes", peak_rss_mine},
                              {"peak_rss_bytes_max", peak_rss_max}};
+    if (config.memory.tier == MemoryTier::disk && acts) {
+      // This step's disk-tier traffic (the counters restart when the activations are re-sized).
+      OffloadStats io = acts->offload();
+      if (io.bytes_written >= io_before.bytes_written && io.bytes_read >= io_before.bytes_read)
+        io.bytes_written -= io_before.bytes_written, io.bytes_read -= io_before.bytes_read,
+            io.stall_seconds -= io_before.stall_seconds;
+      record["offload"] = {
+          {"bytes_written", io.bytes_written}, {"bytes_read", io.bytes_read}, {"stall_s", io.stall_seconds}};
+    }
     if (!pipeline_record.is_null()) {
       record["pipeline"] = pipeline_record;
       record["pp_wait_ms"] = pipeline_record["wait_ms"];  // the spec's name (§9), per pp rank
