@@ -1,7 +1,8 @@
 # The disk tier changes no number: memory.tier = disk (the layer inputs kept by keep_attention and
 # full written to a scratch file during the forward and read back during the backward) gives, step for
 # step, bitwise the losses, gradient norms and final checkpoint tensors of the RAM tier with the same
-# policy and chunks, in one process and under dp2 ZeRO-3, Ulysses 2 and ring 2 (zigzag) with ZeRO-3.
+# policy and chunks, in one process, under dp2 ZeRO-3, Ulysses 2 and ring 2 (zigzag) with ZeRO-3, and
+# over a 2-stage pipeline (two micro-batches in flight, each with its own scratch file).
 # The scratch directories (one per rank) are gone after the run, and two jobs sharing memory.offload_dir
 # at once do not disturb each other. The dry run accounts two layer inputs in RAM and the rest on disk.
 # Bad input is refused by key: a disk tier without a recomputing policy or without a directory, a
@@ -50,7 +51,7 @@ same() {  # same A B WHAT
 disk=(--set memory.tier=disk --set "memory.offload_dir=$offload")
 for layout in "single 1" "zero3 2 --set parallel.zero_stage=3" \
   "ulysses2 2 --set parallel.sp_ulysses=2 --set parallel.zero_stage=3" \
-  "ring2 2 --set parallel.sp_ring=2 --set parallel.zero_stage=3"; do
+  "ring2 2 --set parallel.sp_ring=2 --set parallel.zero_stage=3" "pp2 2 --set parallel.pp=2"; do
   set -- $layout
   name=$1
   shift
