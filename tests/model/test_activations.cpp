@@ -36,9 +36,7 @@ TEST(Activations, BytesForMatchesAllocate) {
           for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
                                           CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
             for (MemoryTier tier : {MemoryTier::ram, MemoryTier::disk}) {
-              const bool recomputes =
-                  policy == CheckpointPolicy::keep_attention || policy == CheckpointPolicy::full;
-              if (tier == MemoryTier::disk && !recomputes) continue;
+              if (tier == MemoryTier::disk && !keeps_layer_inputs(policy)) continue;
               const MemoryOptions memory{policy, head_chunk, chunk, tier, dir.path};
               const std::string what = fmt::format(
                   "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "

@@ -52,9 +52,7 @@ struct KeptLayers {
 
   bool cheap() const { return policy == CheckpointPolicy::cheap; }
   // keep_attention and full: layers keep their output (and attention), `work` runs and reruns them.
-  bool recomputes_layers() const {
-    return policy == CheckpointPolicy::keep_attention || policy == CheckpointPolicy::full;
-  }
+  bool recomputes_layers() const { return keeps_layer_inputs(policy); }
   bool keeps_attention() const { return policy == CheckpointPolicy::keep_attention; }
 
   // Disk tier: the two resident layer outputs, which layer's output each holds (-1: none) and the
@@ -136,9 +134,7 @@ inline size_t kept_output_bytes_for(int n, size_t floats, const MemoryOptions& m
   return size_t(memory.tier == MemoryTier::disk ? std::min(n, 2) : n) * floats * sizeof(float);
 }
 inline uint64_t kept_output_disk_bytes_for(int n, size_t floats, const MemoryOptions& memory) {
-  const bool recomputes =
-      memory.checkpoint == CheckpointPolicy::keep_attention || memory.checkpoint == CheckpointPolicy::full;
-  return memory.tier == MemoryTier::disk && recomputes && n > 1
+  return memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint) && n > 1
              ? OffloadFile::bytes_for(n - 1, floats * sizeof(float))
              : 0;
 }

@@ -47,10 +47,8 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
   ODY_CHECK(memory.chunk_tokens >= 0, "memory.chunk_tokens must be >= 0, got {}", memory.chunk_tokens);
   ODY_CHECK(memory.checkpoint != CheckpointPolicy::automatic,
             "memory.checkpoint = auto must be resolved to a policy before the stage runs");
-  const bool recomputes =
-      memory.checkpoint == CheckpointPolicy::keep_attention || memory.checkpoint == CheckpointPolicy::full;
   ODY_CHECK(
-      memory.tier == MemoryTier::ram || recomputes,
+      memory.tier == MemoryTier::ram || keeps_layer_inputs(memory.checkpoint),
       "memory.tier = disk stores the layer inputs that memory.checkpoint = keep_attention or full keep; "
       "it cannot be used with memory.checkpoint = {}",
       enum_name(kCheckpointPolicyNames, memory.checkpoint));

@@ -42,6 +42,10 @@ inline constexpr EnumNames<CheckpointPolicy, 5> kCheckpointPolicyNames = {
      {"keep_attention", CheckpointPolicy::keep_attention},
      {"full", CheckpointPolicy::full},
      {"auto", CheckpointPolicy::automatic}}};
+// keep_attention and full keep each layer's input and recompute the layer from it (the disk tier's case).
+inline bool keeps_layer_inputs(CheckpointPolicy p) {
+  return p == CheckpointPolicy::keep_attention || p == CheckpointPolicy::full;
+}
 // Where the layer inputs kept by keep_attention and full live between a layer's forward and its
 // backward: in RAM, or (disk) in a scratch file in offload_dir written during the forward and read back
 // one layer ahead during the backward, with two layer inputs resident (model/layer_loop.h).

@@ -373,8 +373,7 @@ void RunConfig::validate(int world_size) const {
       memory.chunk_tokens);
   if (memory.tier == MemoryTier::disk) {
     ODY_CHECK(
-        memory.checkpoint == CheckpointPolicy::keep_attention ||
-            memory.checkpoint == CheckpointPolicy::full || memory.checkpoint == CheckpointPolicy::automatic,
+        keeps_layer_inputs(memory.checkpoint) || memory.checkpoint == CheckpointPolicy::automatic,
         "memory.tier = disk stores the layer inputs that memory.checkpoint = keep_attention or full keep; "
         "it cannot be used with memory.checkpoint = {}",
         enum_name(kCheckpointPolicyNames, memory.checkpoint));

@@ -195,8 +195,7 @@ struct Run {
   }
   // memory.tier = disk: this rank's scratch directory, and the stages told to use it.
   void start_offload(const HostMemoryNeed& need) {
-    const bool recomputes = policy == CheckpointPolicy::keep_attention || policy == CheckpointPolicy::full;
-    if (config.memory.tier != MemoryTier::disk || !recomputes) return;
+    if (config.memory.tier != MemoryTier::disk || !keeps_layer_inputs(policy)) return;
     offload_dir = std::make_unique<OffloadDirectory>(config.memory.offload_dir, world.rank());
     for (auto& model : models) model->set_memory(memory_options(policy));
     if (root())
