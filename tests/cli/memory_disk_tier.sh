@@ -4,7 +4,8 @@
 # policy and chunks, in one process, under dp2 ZeRO-3, Ulysses 2 and ring 2 (zigzag) with ZeRO-3, and
 # over a 2-stage pipeline (two micro-batches in flight, each with its own scratch file).
 # The scratch directories (one per rank) are gone after the run, and two jobs sharing memory.offload_dir
-# at once do not disturb each other. The dry run accounts two layer inputs in RAM and the rest on disk.
+# at once do not disturb each other. A corrupt record fails the step by name and leaves the last
+# checkpoint intact: resuming from it gives the same numbers. The dry run accounts two layer inputs in RAM and the rest on disk.
 # Bad input is refused by key: a disk tier without a recomputing policy or without a directory, a
 # directory that is not one, a disk budget too small.
 source "$(dirname "$0")/common.sh" "$@"
@@ -87,6 +88,23 @@ act=$(field activation_bytes_per_rank <<<"$out") on_disk=$(field offload_bytes_p
 [ "$(field tier <<<"$out")" = disk ] && [ "$on_disk" = $((3 * 24576)) ] && [ $((ram - act)) = $((2 * 24576)) ] &&
   echo "ok: dry run: $act bytes in RAM (ram tier: $ram), $on_disk on disk" ||
   fail "dry run: ram $ram, disk tier $act in RAM and $on_disk on disk ($out)"
+
+# A record that comes back corrupt mid-run (the test hook flips a byte of the 13th record written:
+# step 3's first, 3 per micro-batch, 2 micro-batches a step) ends the run with an error naming the
+# layer; the checkpoint of step 2 is intact and resuming from it gives, bitwise, the run that never failed.
+ODYSSEY_OFFLOAD_CORRUPT=13 "$ODYSSEY" train --config "$cfg" --set memory.checkpoint=full "${disk[@]}" \
+  --set checkpoint.every=2 --set "checkpoint.dir=$WORK/broken" >"$WORK/broken.log" 2>&1 &&
+  fail "a corrupt record did not fail the run"
+grep -q "error: the input of layer 1 .*memory.offload_dir) is corrupt" "$WORK/broken.log" &&
+  grep -q "step     2/3" "$WORK/broken.log" && ! grep -q "step     3/3" "$WORK/broken.log" &&
+  echo "ok: corrupt record in step 3 -> $(grep -o 'error: .*' "$WORK/broken.log" | head -c 160)" ||
+  fail "corrupt record: $(tail -n 2 "$WORK/broken.log")"
+[ -f "$WORK/broken/step_00000002/manifest.json" ] || fail "no intact step 2 checkpoint: $(ls "$WORK/broken")"
+[ -z "$(ls -A "$offload")" ] || fail "left in memory.offload_dir after the failed run: $(ls -A "$offload")"
+run broken 1 --set memory.checkpoint=full "${disk[@]}" --set checkpoint.resume=true --set checkpoint.every=2
+grep -q "resumed from .*step_00000002" "$WORK/broken.log" || fail "did not resume from step 2: $(head -3 "$WORK/broken.log")"
+run clean 1 --set memory.checkpoint=full --set checkpoint.every=2
+same clean broken "resumed from step 2 after the failed step, bitwise the run that never failed"
 
 # Bad input, each refused at start-up naming its key.
 expect_error "disk tier with checkpoint none" "memory.tier = disk .* memory.checkpoint = none" "$ODYSSEY" train \

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "odyssey/core/error.h"
@@ -61,6 +62,7 @@ OffloadFile::OffloadFile(const std::string& dir, int records, size_t record_byte
         "another {} or lower memory.disk_budget_gb to be refused before start-up",
         key_, total, records, record_bytes, path_, std::strerror(err), key_);
   }
+  if (const char* k = std::getenv("ODYSSEY_OFFLOAD_CORRUPT")) corrupt_write_ = std::strtoull(k, nullptr, 10);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -143,6 +145,7 @@ void OffloadFile::execute(const Request& r) {
               "cannot write {}: {}", name(r.record), std::strerror(errno));
     ::posix_fadvise(fd_, off_t(offset), off_t(record_bytes_), POSIX_FADV_DONTNEED);
     written_[size_t(r.record)] = true;
+    if (++writes_ == corrupt_write_) flip_byte(r.record, record_bytes_ / 2);
     return;
   }
   ODY_CHECK(written_[size_t(r.record)], "cannot read {}: it was never written", name(r.record));
@@ -157,6 +160,10 @@ void OffloadFile::execute(const Request& r) {
 
 void OffloadFile::corrupt_for_test(int record, size_t offset) {
   wait(issued_);
+  flip_byte(record, offset);
+}
+
+void OffloadFile::flip_byte(int record, size_t offset) {
   const uint64_t at = uint64_t(record) * stride_ + offset;
   unsigned char byte = 0;
   ODY_CHECK(transfer(false, fd_, &byte, 1, at).empty(), "corrupt_for_test: cannot read {}", name(record));

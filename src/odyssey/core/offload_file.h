@@ -52,7 +52,8 @@ class OffloadFile {
   uint64_t bytes_read() const { return bytes_read_; }
 
   // Test hook: flips byte `offset` of record r on disk (after the queued requests), so the next read
-  // of r fails its checksum.
+  // of r fails its checksum. The environment variable ODYSSEY_OFFLOAD_CORRUPT=k does the same to the
+  // k-th record written by each file (counting from 1), for tests of a failing step in a whole run.
   void corrupt_for_test(int record, size_t offset);
 
  private:
@@ -63,6 +64,7 @@ class OffloadFile {
   };
   void run();  // the I/O thread
   void execute(const Request& r);
+  void flip_byte(int record, size_t offset);
   std::string name(int record) const;
 
   std::string path_, key_, label_;
@@ -70,8 +72,9 @@ class OffloadFile {
   int fd_ = -1;
   size_t record_bytes_ = 0;
   uint64_t stride_ = 0;
-  std::vector<uint64_t> checksums_;  // per record, of its last write (I/O thread only)
-  std::vector<bool> written_;        // I/O thread only
+  std::vector<uint64_t> checksums_;          // per record, of its last write (I/O thread only)
+  std::vector<bool> written_;                // I/O thread only
+  uint64_t writes_ = 0, corrupt_write_ = 0;  // I/O thread only: writes so far, ODYSSEY_OFFLOAD_CORRUPT
 
   std::mutex mutex_;
   std::condition_variable queued_, done_;
