@@ -53,6 +53,8 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& ov
                                 {"activation_bytes_per_rank", m.activations_per_rank},
                                 {"tokens_per_rank", m.tokens_per_rank},
                                 {"checkpoint", m.checkpoint},
+                                {"tier", m.tier},
+                                {"offload_bytes_per_rank", m.offload_per_rank},
                                 {"ranks_on_host", m.ranks_on_host},
                                 {"host_available_bytes", r.host_available}}
                      .dump()

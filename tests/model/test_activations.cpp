@@ -1,6 +1,7 @@
 // Activations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
 // shapes that differ in every dimension the formula uses, for every checkpoint policy and layer chunk,
-// the attention whole or per query chunk, GPT-2 and Llama.
+// the attention whole or per query chunk, with the layer inputs in RAM or on disk (and then the scratch
+// file's size), for a tensor-parallel rank's piece, GPT-2 and Llama.
 #include <gtest/gtest.h>
 #include <vector>
 
@@ -8,6 +9,7 @@
 
 #include <string>
 
+#include "../dataio/data_test_util.h"
 #include "odyssey/model/gpt2.h"
 #include "odyssey/model/llama.h"
 
@@ -15,6 +17,7 @@ namespace odyssey {
 namespace {
 
 TEST(Activations, BytesForMatchesAllocate) {
+  testing_data::TempDir dir;  // the disk tier's scratch files
   struct Shape {
     int n_layer, n_head, d_model, vocab, B, T;
   };
@@ -33,37 +36,44 @@ TEST(Activations, BytesForMatchesAllocate) {
         for (int chunk : {0, 50})
           for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
                                           CheckpointPolicy::keep_attention, CheckpointPolicy::full})
-            for (bool qc : {false, true})  // the attention per query chunk (the local op) or whole
-              for (TpSplit split : {TpSplit{1, false}, TpSplit{2, false}, TpSplit{2, true}}) {
-                // A tensor-parallel rank's piece: its heads and widths, its TP-SP token slice, its
-                // vocabulary rows (padded to a multiple of tp).
-                const int t = split.t;
-                if (s.n_head % t != 0 || (split.sequence_parallel && (s.B * s.T) % t != 0)) continue;
-                const int64_t vocab_rows = (s.vocab + t - 1) / t;
-                const MemoryOptions memory{policy, head_chunk, chunk};
-                const std::string what = fmt::format(
-                    "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "
-                    "checkpoint {}, query chunks {}, tp {}{}",
-                    s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end, head_chunk,
-                    chunk, enum_name(kCheckpointPolicyNames, policy), qc, t,
-                    split.sequence_parallel ? " sp" : "");
-                Activations a;
-                a.allocate(c, range, s.B, s.T, false, memory, split, vocab_rows, qc);
-                EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, qc),
-                          a.bytes())
-                    << what;
-                ModelConfig lc =
-                    c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU width 3d
-                lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
-                lc.d_ff = 3 * s.d_model;
-                if (lc.n_kv_head % t != 0 && t % lc.n_kv_head != 0) continue;
-                LlamaActivations l;
-                l.allocate(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc);
-                EXPECT_EQ(
-                    LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc),
-                    l.bytes())
-                    << "llama, " << what;
-              }
+            for (MemoryTier tier : {MemoryTier::ram, MemoryTier::disk})
+              for (bool qc : {false, true})  // the attention per query chunk (the local op) or whole
+                for (TpSplit split : {TpSplit{1, false}, TpSplit{2, false}, TpSplit{2, true}}) {
+                  if (tier == MemoryTier::disk && !keeps_layer_inputs(policy)) continue;
+                  // A tensor-parallel rank's piece: its heads and widths, its TP-SP token slice, its
+                  // vocabulary rows (padded to a multiple of tp).
+                  const int t = split.t;
+                  if (s.n_head % t != 0 || (split.sequence_parallel && (s.B * s.T) % t != 0)) continue;
+                  const int64_t vocab_rows = (s.vocab + t - 1) / t;
+                  const MemoryOptions memory{policy, head_chunk, chunk, tier, dir.path};
+                  const std::string what = fmt::format(
+                      "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "
+                      "checkpoint {}, tier {}, query chunks {}, tp {}{}",
+                      s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end,
+                      head_chunk, chunk, enum_name(kCheckpointPolicyNames, policy),
+                      enum_name(kMemoryTierNames, tier), qc, t, split.sequence_parallel ? " sp" : "");
+                  Activations a;
+                  a.allocate(c, range, s.B, s.T, false, memory, split, vocab_rows, qc);
+                  EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, qc),
+                            a.bytes())
+                      << what;
+                  // The disk tier's file: as accounted (the layers but the last, each padded to 4 KiB).
+                  const uint64_t disk = kept_output_disk_bytes_for(
+                      range.layers(), size_t(split.rows(int64_t(s.B) * s.T)) * s.d_model, memory);
+                  EXPECT_EQ(a.kept.disk ? a.kept.disk->file_bytes() : 0, disk) << what;
+                  EXPECT_EQ(disk > 0, tier == MemoryTier::disk && range.layers() > 1) << what;
+                  ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU 3d
+                  lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
+                  lc.d_ff = 3 * s.d_model;
+                  if (lc.n_kv_head % t != 0 && t % lc.n_kv_head != 0) continue;
+                  LlamaActivations l;
+                  l.allocate(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc);
+                  EXPECT_EQ(
+                      LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc),
+                      l.bytes())
+                      << "llama, " << what;
+                  EXPECT_EQ(l.kept.disk ? l.kept.disk->file_bytes() : 0, disk) << "llama, " << what;
+                }
   }
 }
 

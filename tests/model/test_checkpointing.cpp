@@ -6,6 +6,8 @@
 // Sequence-chunked layers (memory.chunk_tokens), their attention per query chunk against the K/V prefix:
 // every policy with the same chunks is bitwise none with those chunks, and within fp32 rounding of
 // unchunked (the prefix's dK, dV sum over query chunks in another order).
+// The disk tier (memory.tier = disk): the layer inputs go to a scratch file and come back, so every
+// number is bitwise the RAM tier's; a corrupt record is an error naming the layer and the file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "../dataio/data_test_util.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/model/gpt2.h"
 
 namespace odyssey {
 namespace {
@@ -128,6 +132,59 @@ TEST(Checkpointing, ChunkedLayersAreBitwiseAcrossPoliciesAndCloseToUnchunked) {
       }
     }
   }
+}
+
+TEST(Checkpointing, DiskTierIsBitwiseRamTier) {
+  testing_data::TempDir dir;
+  for (const char* arch : {"gpt2", "llama"})
+    for (int chunk : {0, 16})  // 16: micro-batches of 74 and 87 rows end in a short chunk
+      for (CheckpointPolicy policy : {CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+        const Result ram = run(arch, {policy, 16, chunk});
+        const Result disk = run(arch, {policy, 16, chunk, MemoryTier::disk, dir.path});
+        const std::string what = std::string(arch) + ", chunk " + std::to_string(chunk) + ", " +
+                                 enum_name(kCheckpointPolicyNames, policy);
+        EXPECT_EQ(disk.losses, ram.losses) << what;
+        EXPECT_EQ(disk.grads, ram.grads) << what;
+        EXPECT_EQ(disk.attention_forwards, ram.attention_forwards) << what;
+        // Two layer outputs resident instead of three.
+        EXPECT_LT(disk.activation_bytes, ram.activation_bytes) << what;
+      }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "scratch files are unlinked";
+}
+
+TEST(Checkpointing, DiskTierCorruptRecordIsANamedError) {
+  testing_data::TempDir dir;
+  ModelConfig c;
+  c.n_layer = 3, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
+  GPT2 model(c);
+  init_parameters(model.params(), model.table(), c, 3);
+  model.set_memory({CheckpointPolicy::full, 0, 8, MemoryTier::disk, dir.path});
+  auto acts = model.make_activations();
+  std::vector<int> in(64), tg(64);
+  for (int i = 0; i < 64; ++i) in[size_t(i)] = i % 50, tg[size_t(i)] = (i * 3) % 50;
+  model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
+  model.loss(*acts, 1.0f / 64, nullptr);
+  OffloadFile& file = *static_cast<Gpt2Activations&>(*acts).kept.disk;
+  EXPECT_EQ(file.file_bytes(), model.offload_bytes_for(2, 32));
+  file.corrupt_for_test(0, 77);  // record 0: layer 0's output, the input of layer 1
+  testing_data::expect_error([&] { model.backward(*acts); },
+                             {"the input of layer 1", "corrupt", file.path(), "memory.offload_dir"});
+}
+
+TEST(Checkpointing, DiskTierNeedsARecomputingPolicyAndADirectory) {
+  ModelConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
+  GPT2 model(c);
+  testing_data::expect_error(
+      [&] {
+        model.set_memory({CheckpointPolicy::cheap, 0, 0, MemoryTier::disk, "/tmp"});
+      },
+      {"memory.tier = disk", "memory.checkpoint = cheap"});
+  testing_data::expect_error(
+      [&] {
+        model.set_memory({CheckpointPolicy::full, 0, 0, MemoryTier::disk, ""});
+      },
+      {"memory.offload_dir"});
 }
 
 }  // namespace

@@ -67,7 +67,8 @@ struct Gpt2Activations : StageActivations {
                           bool shared_qkv = false, const MemoryOptions& memory = {},
                           const TpSplit& split = {}, int64_t vocab_rows = 0, bool query_chunks = false);
 
-  const float* output() const override { return kept.layers.back().residual3.data(); }
+  const float* output() const override { return kept.output(kept.layers.size() - 1); }
+  OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }
 };
 using Activations = Gpt2Activations;

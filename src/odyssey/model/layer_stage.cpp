@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/layer_loop.h"
 
 namespace odyssey {
 
@@ -67,7 +68,19 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
   ODY_CHECK(memory.chunk_tokens >= 0, "memory.chunk_tokens must be >= 0, got {}", memory.chunk_tokens);
   ODY_CHECK(memory.checkpoint != CheckpointPolicy::automatic,
             "memory.checkpoint = auto must be resolved to a policy before the stage runs");
+  ODY_CHECK(
+      memory.tier == MemoryTier::ram || keeps_layer_inputs(memory.checkpoint),
+      "memory.tier = disk stores the layer inputs that memory.checkpoint = keep_attention or full keep; "
+      "it cannot be used with memory.checkpoint = {}",
+      enum_name(kCheckpointPolicyNames, memory.checkpoint));
+  ODY_CHECK(memory.tier == MemoryTier::ram || !memory.offload_dir.empty(),
+            "memory.tier = disk needs memory.offload_dir, a directory on a local disk");
   memory_ = memory;
+}
+
+uint64_t LayerStage::offload_bytes_for(int B, int T) const {
+  return kept_output_disk_bytes_for(range_.layers(),
+                                    size_t(split().rows(int64_t(B) * T)) * size_t(config_.d_model), memory_);
 }
 
 void LayerStage::take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T,

@@ -57,6 +57,7 @@ class LayerStage : public Stage {
   }
   const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
   size_t attention_bytes() const override { return attention_->bytes(); }
+  uint64_t offload_bytes_for(int B, int T) const override;
 
  protected:
   // config is validated and range resolved by the caller; table is the stage's (its units as above),

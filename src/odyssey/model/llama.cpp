@@ -45,7 +45,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      kept.policy == memory.checkpoint && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
+      kept.allocated_for(memory) && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
       split.sequence_parallel == split_.sequence_parallel && query_chunks == query_chunks_ &&
       !kept.layers.empty())
     return;
@@ -65,11 +65,10 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   for (LlamaLayerActs& l : kept.layers) {
     if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv, {}, split);
     if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true}, split);
-    if (!kept.recomputes_layers()) continue;
-    l.residual3.resize(R * C);
     if (kept.keeps_attention())
       l.atty.resize(N * size_t(c.n_head) / t * c.head_dim()), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
+  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin);
   kept.work = LlamaLayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
@@ -93,8 +92,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
 size_t LlamaActivations::bytes() const {
   size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn.bytes() + fn_rstd.bytes() +
                  logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
-                 dres.bytes() + scratch.bytes() + kept.work.bytes();
-  for (const LlamaLayerActs& l : kept.layers) total += l.bytes();
+                 dres.bytes() + scratch.bytes() + kept.bytes();
   return total;
 }
 
@@ -121,11 +119,13 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
              LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   const size_t work = LlamaLayerActs::bytes_for(
       c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
-  if (memory.checkpoint == CheckpointPolicy::full) layers = L * R * C * sizeof(float) + work;
+  // The layer outputs are in RAM, or on disk with two resident (KeptLayers::allocate_outputs).
+  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory);
+  if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
-    layers =
-        L * (R * C + N * size_t(c.n_head) / t * c.head_dim() + size_t(B) * c.n_head / t * T) * sizeof(float) +
-        work;
+    layers = outputs +
+             L * (N * size_t(c.n_head) / t * c.head_dim() + size_t(B) * c.n_head / t * T) * sizeof(float) +
+             work;
   return layers +
          LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks) +
          floats * sizeof(float) + 3 * N * sizeof(int32_t);

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "odyssey/core/enum_names.h"
@@ -45,10 +46,22 @@ inline constexpr EnumNames<CheckpointPolicy, 5> kCheckpointPolicyNames = {
      {"keep_attention", CheckpointPolicy::keep_attention},
      {"full", CheckpointPolicy::full},
      {"auto", CheckpointPolicy::automatic}}};
+// keep_attention and full keep each layer's input and recompute the layer from it (the disk tier's case).
+inline bool keeps_layer_inputs(CheckpointPolicy p) {
+  return p == CheckpointPolicy::keep_attention || p == CheckpointPolicy::full;
+}
+// Where the layer inputs kept by keep_attention and full live between a layer's forward and its
+// backward: in RAM, or (disk) in a scratch file in offload_dir written during the forward and read back
+// one layer ahead during the backward, with two layer inputs resident (model/layer_loop.h).
+enum class MemoryTier { ram, disk };
+inline constexpr EnumNames<MemoryTier, 2> kMemoryTierNames = {
+    {{"ram", MemoryTier::ram}, {"disk", MemoryTier::disk}}};
 struct MemoryOptions {
   CheckpointPolicy checkpoint = CheckpointPolicy::none;
   int head_chunk_tokens = 0;  // rows of LM-head logits held at once (0: the whole micro-batch)
   int chunk_tokens = 0;       // rows per token-local chunk of a layer (0: the whole micro-batch)
+  MemoryTier tier = MemoryTier::ram;
+  std::string offload_dir = "";  // tier disk: the directory of the scratch files (this process's own)
 };
 
 class LayerHooks {
@@ -83,6 +96,13 @@ struct StageRange {
   bool operator==(const StageRange&) const = default;
 };
 
+// The disk tier's traffic so far (memory.tier = disk): bytes written and read back, and the time the
+// compute waited for the I/O thread (the stall).
+struct OffloadStats {
+  uint64_t bytes_written = 0, bytes_read = 0;
+  double stall_seconds = 0;
+};
+
 // What a stage keeps of one micro-batch between its forward and its backward (per architecture).
 //
 // Pipeline hand-offs are hidden states [B*T, C] that the caller owns and keeps valid until the stage's
@@ -92,6 +112,7 @@ class StageActivations {
  public:
   virtual ~StageActivations() = default;
   virtual size_t bytes() const = 0;  // what the attention op saved in the layers included
+  virtual OffloadStats offload() const = 0;
 
   const float* input = nullptr;
   const float* output_grad = nullptr;
@@ -164,6 +185,8 @@ class Stage {
   // saved tensors, without allocating (the memory check); and what the attention op holds now.
   virtual size_t activation_bytes_for(int B, int T) const = 0;
   virtual size_t attention_bytes() const = 0;
+  // The scratch file the disk tier writes for a micro-batch of B x T (0 with the RAM tier).
+  virtual uint64_t offload_bytes_for(int B, int T) const = 0;
 
   // Conveniences over the stage's own activations (one micro-batch in flight).
   double forward(const int* inputs, const int* targets, const int* positions, int B, int T, int64_t* count);

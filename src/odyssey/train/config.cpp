@@ -209,6 +209,9 @@ const std::map<std::string, Key>& keys() {
       ODY_ENUM_KEY("memory.checkpoint", memory.checkpoint, kCheckpointPolicyNames),
       ODY_KEY("memory.head_chunk_tokens", int, memory.head_chunk_tokens),
       ODY_KEY("memory.chunk_tokens", int, memory.chunk_tokens),
+      ODY_ENUM_KEY("memory.tier", memory.tier, kMemoryTierNames),
+      ODY_KEY("memory.offload_dir", std::string, memory.offload_dir),
+      ODY_KEY("memory.disk_budget_gb", double, memory.disk_budget_gb),
       ODY_KEY("log.metrics", std::string, log.metrics),
       ODY_KEY("log.every", int64_t, log.every),
   };
@@ -382,6 +385,21 @@ void RunConfig::validate(int world_size) const {
       "memory.chunk_tokens must be >= 0 (0: a layer's token-local ops over the whole micro-batch at once), "
       "got {}",
       memory.chunk_tokens);
+  if (memory.tier == MemoryTier::disk) {
+    ODY_CHECK(
+        keeps_layer_inputs(memory.checkpoint) || memory.checkpoint == CheckpointPolicy::automatic,
+        "memory.tier = disk stores the layer inputs that memory.checkpoint = keep_attention or full keep; "
+        "it cannot be used with memory.checkpoint = {}",
+        enum_name(kCheckpointPolicyNames, memory.checkpoint));
+    ODY_CHECK(
+        !memory.offload_dir.empty(),
+        "memory.tier = disk needs memory.offload_dir, a directory on a local disk for the scratch files "
+        "(not a tmpfs: that is RAM)");
+  }
+  ODY_CHECK(memory.disk_budget_gb >= 0,
+            "memory.disk_budget_gb must be >= 0 (0: the free space of "
+            "memory.offload_dir less 10%), got {}",
+            memory.disk_budget_gb);
   ODY_CHECK(log.every >= 1, "log.every must be >= 1, got {}", log.every);
 }
 

@@ -93,6 +93,13 @@ struct MemoryConfig {
   // tokens (4·V bytes each), never holding [tokens, V]. 0: the whole micro-batch in one chunk.
   int head_chunk_tokens = 1024;
   int chunk_tokens = 4096;  // rows per token-local chunk of a layer (0: the whole micro-batch)
+  // Where keep_attention and full keep the layer inputs: ram, or disk (a scratch file per rank in
+  // offload_dir, written in the forward, read back one layer ahead in the backward; two layer inputs
+  // resident). The scratch files live in a directory of their own per rank and job, never in the
+  // checkpoint directory, and are gone when the process ends.
+  MemoryTier tier = MemoryTier::ram;
+  std::string offload_dir;
+  double disk_budget_gb = 0;  // disk space the scratch files of this host's ranks may take (0: free - 10%)
 };
 
 struct LogConfig {

@@ -1,5 +1,12 @@
 #include "odyssey/train/memory_check.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "odyssey/core/error.h"
 #include "odyssey/model/params.h"
 
@@ -36,12 +43,45 @@ void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t av
       "train.seq_len {} x train.micro_batch {} does not fit on this host: {} rank(s) x {} of "
       "activations ({} tokens per rank, memory.checkpoint = {}){} = {}, but {} is {}. Use more "
       "sequence-parallel ranks (parallel.sp_ulysses, parallel.sp_ring), memory.checkpoint = "
-      "keep_attention or full, a smaller memory.chunk_tokens, a shorter train.seq_len or a smaller "
+      "keep_attention or full, memory.tier = disk, a smaller memory.chunk_tokens, a shorter train.seq_len or "
+      "a smaller "
       "train.micro_batch",
       need.seq_len, need.micro_batch, ranks, size(need.activations_per_rank), need.tokens_per_rank,
       need.checkpoint,
       budget_gb > 0 ? fmt::format(" + {} of model state per rank", size(need.state_per_rank)) : "",
       size(wanted), size(limit), what);
+}
+
+uint64_t offload_dir_free_bytes(const std::string& dir) {
+  struct stat st {};
+  ODY_CHECK(::stat(dir.c_str(), &st) == 0, "memory.offload_dir '{}' cannot be used: {}", dir,
+            std::strerror(errno));
+  ODY_CHECK(S_ISDIR(st.st_mode), "memory.offload_dir '{}' is not a directory", dir);
+  struct statvfs fs {};
+  ODY_CHECK(::statvfs(dir.c_str(), &fs) == 0, "memory.offload_dir '{}' cannot be used: {}", dir,
+            std::strerror(errno));
+  ODY_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0 && !(fs.f_flag & ST_RDONLY),
+            "memory.offload_dir '{}' is not a writable directory", dir);
+  return uint64_t(fs.f_bavail) * uint64_t(fs.f_frsize);
+}
+
+void check_offload_disk(const HostMemoryNeed& need, double disk_budget_gb, const std::string& dir,
+                        uint64_t free_bytes) {
+  if (need.offload_per_rank == 0) return;
+  const uint64_t wanted = need.offload_per_rank * uint64_t(need.ranks_on_host);
+  const uint64_t usable = free_bytes / 10 * 9;  // a margin for everything else on that disk
+  const uint64_t budget = uint64_t(disk_budget_gb * double(uint64_t{1} << 30));
+  const bool over_budget = disk_budget_gb > 0 && wanted > budget;
+  if (!over_budget && wanted <= usable) return;
+  fail(
+      "memory.tier = disk: {} rank(s) x {} of layer inputs on disk ({} tokens per rank, memory.checkpoint = "
+      "{}) = {}, but {}. Free space in memory.offload_dir, choose a larger disk for it, raise "
+      "memory.disk_budget_gb, or use more sequence-parallel ranks, a shorter train.seq_len or a smaller "
+      "train.micro_batch",
+      need.ranks_on_host, size(need.offload_per_rank), need.tokens_per_rank, need.checkpoint, size(wanted),
+      over_budget ? fmt::format("memory.disk_budget_gb = {} allows {}", disk_budget_gb, size(budget))
+                  : fmt::format("memory.offload_dir '{}' has {} free (90% usable: {})", dir, size(free_bytes),
+                                size(usable)));
 }
 
 uint64_t min_state_bytes_per_rank(int64_t parameters, int zero_stage, int replicas) {

@@ -21,6 +21,8 @@ struct HostMemoryNeed {
   int ranks_on_host = 1;
   int seq_len = 0, tokens_per_rank = 0, micro_batch = 0;  // for the message
   const char* checkpoint = "none";                        // the memory.checkpoint policy it was sized for
+  const char* tier = "ram";                               // memory.tier
+  uint64_t offload_per_rank = 0;  // the disk tier's scratch files of one rank (not yet allocated)
 };
 
 // "1.25 GiB", or "3.4 MiB" below a GiB.
@@ -33,6 +35,16 @@ bool fits_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t ava
 // budget_gb == 0: the activations must fit in available_bytes (MemAvailable, read after the state was
 // allocated); available_bytes == 0 (unknown) skips the check. Throws odyssey::Error naming the keys.
 void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes);
+
+// Free space of `dir` in bytes for an unprivileged writer; fails naming memory.offload_dir when the
+// directory cannot be read or written.
+uint64_t offload_dir_free_bytes(const std::string& dir);
+
+// The disk tier's scratch files of the ranks on this host must fit in memory.disk_budget_gb (when > 0)
+// and in the free space of memory.offload_dir less 10%; otherwise throws odyssey::Error naming the keys.
+// A RAM tier (offload_per_rank 0) passes.
+void check_offload_disk(const HostMemoryNeed& need, double disk_budget_gb, const std::string& dir,
+                        uint64_t free_bytes);
 
 // Before the model is allocated: the least model state a rank holds, fp32 weights, gradients and
 // AdamW moments (16 bytes a parameter) with ZeRO's shards over `replicas` ranks (stage 1 shards

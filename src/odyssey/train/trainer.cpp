@@ -36,6 +36,7 @@
 #include "odyssey/train/evaluate.h"
 #include "odyssey/train/memory_check.h"
 #include "odyssey/train/metrics.h"
+#include "odyssey/train/offload_directory.h"
 #include "odyssey/train/run_directory.h"
 #include "odyssey/train/sharded_checkpoint.h"
 #include "odyssey/train/train_step.h"
@@ -152,6 +153,8 @@ struct Run {
   std::unique_ptr<VocabParallelOps> tp_vocab;
   std::unique_ptr<Communicator> kv_group;
   std::vector<TpGradients> tp_grads;
+  CheckpointPolicy policy = CheckpointPolicy::none;  // memory.checkpoint, auto resolved (check_memory)
+  std::unique_ptr<OffloadDirectory> offload_dir;     // memory.tier = disk: this rank's (start_offload)
   // Pipeline parallelism (parallel.pp > 1).
   PipelineShape shape;
   std::unique_ptr<PipelineRunner> pipeline;
@@ -190,9 +193,11 @@ struct Run {
     }
     // memory.checkpoint = auto is resolved by check_memory; until then the stage keeps everything.
     const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
+    policy = automatic ? CheckpointPolicy::none : c.memory.checkpoint;
     for (auto& model : models) {
-      model->set_memory(MemoryOptions{automatic ? CheckpointPolicy::none : c.memory.checkpoint,
-                                      c.memory.head_chunk_tokens, c.memory.chunk_tokens});
+      model->set_memory(
+          automatic ? MemoryOptions{CheckpointPolicy::none, c.memory.head_chunk_tokens, c.memory.chunk_tokens}
+                    : memory_options(c.memory.checkpoint));
       engines.push_back(std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer));
     }
     // Sequence parallelism: attention runs across the sp groups; every rank trains on its sequence shard.
@@ -208,6 +213,23 @@ struct Run {
     if (P > 1) build_pipeline();
   }
   Stage& model() { return *models.front(); }
+
+  // The stages' memory options under a policy; the disk tier's files go to this rank's own directory
+  // once it exists (start_offload), memory.offload_dir until then (only sized, never written).
+  MemoryOptions memory_options(CheckpointPolicy checkpoint) const {
+    const MemoryConfig& m = config.memory;
+    return MemoryOptions{checkpoint, m.head_chunk_tokens, m.chunk_tokens, m.tier,
+                         offload_dir ? offload_dir->path() : m.offload_dir};
+  }
+  // memory.tier = disk: this rank's scratch directory, and the stages told to use it.
+  void start_offload(const HostMemoryNeed& need) {
+    if (config.memory.tier != MemoryTier::disk || !keeps_layer_inputs(policy)) return;
+    offload_dir = std::make_unique<OffloadDirectory>(config.memory.offload_dir, world.rank());
+    for (auto& model : models) model->set_memory(memory_options(policy));
+    if (root())
+      log_info("memory.tier = disk: {} of layer inputs per rank in {} (rank 0's scratch directory)",
+               size(need.offload_per_rank), offload_dir->path());
+  }
   ZeroEngine& engine() { return *engines.front(); }
 
   // The runner over this rank's stages, and the tied embedding: a stage with the head but not the
@@ -279,26 +301,34 @@ struct Run {
       // activations; the one being recorded holds both (parallel/pipeline.h).
       const bool zb1 = pipeline && config.parallel.pp_schedule == PipelineSchedule::zb1;
       size_t largest = 0, recorded = 0;
+      uint64_t disk = 0;
       for (auto& model : models) {
-        model->set_memory(MemoryOptions{policy, config.memory.head_chunk_tokens, config.memory.chunk_tokens});
+        model->set_memory(memory_options(policy));
         largest = std::max(largest, model->activation_bytes_for(tc.micro_batch, n.tokens_per_rank));
         if (zb1)
           recorded = std::max(
               recorded, deferred_weight_grad_bytes_for(*model, int64_t(tc.micro_batch) * n.tokens_per_rank));
+        disk += model->offload_bytes_for(tc.micro_batch, n.tokens_per_rank);
       }
       n.activations_per_rank = std::max(largest, recorded) * size_t(in_flight) + recorded;
+      n.offload_per_rank = disk * uint64_t(in_flight);
+      n.tier = enum_name(kMemoryTierNames, config.memory.tier);
       n.ranks_on_host = host_layout(world).local_size;
       n.seq_len = seq_len();
       n.micro_batch = tc.micro_batch;
       n.checkpoint = enum_name(kCheckpointPolicyNames, policy);
+      this->policy = policy;
       return n;
     };
     if (config.memory.checkpoint != CheckpointPolicy::automatic) {
       need = need_for(config.memory.checkpoint);
     } else {
       std::string tried;
-      for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
-                                      CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+      // The disk tier holds what keep_attention and full keep: auto chooses between those two.
+      std::vector<CheckpointPolicy> policies = {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                                CheckpointPolicy::keep_attention, CheckpointPolicy::full};
+      if (config.memory.tier == MemoryTier::disk) policies.erase(policies.begin(), policies.begin() + 2);
+      for (CheckpointPolicy policy : policies) {
         need = need_for(policy);
         const bool fits = fits_host_memory(need, tc.host_memory_gb, host_available);
         tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", need.checkpoint,
@@ -310,6 +340,9 @@ struct Run {
           need.checkpoint, tried);
     }
     check_host_memory(need, tc.host_memory_gb, host_available);
+    if (need.offload_per_rank > 0)
+      check_offload_disk(need, config.memory.disk_budget_gb, config.memory.offload_dir,
+                         offload_dir_free_bytes(config.memory.offload_dir));
     return need;
   }
 
@@ -492,12 +525,14 @@ void log_dry_run(const HostMemoryNeed& need, int zero_stage, int micro_batch, ui
   const double gib = double(uint64_t{1} << 30);
   log_info(
       "dry run: per rank {:.3f} GiB of model state (ZeRO stage {}) + {:.3f} GiB of activations "
-      "({} tokens x micro_batch {}, memory.checkpoint = {}); {} rank(s) on this host need {:.3f} GiB; {:.3f} "
-      "GiB "
-      "available",
+      "({} tokens x micro_batch {}, memory.checkpoint = {}, memory.tier = {}); {} rank(s) on this host need "
+      "{:.3f} GiB; {:.3f} GiB available{}",
       need.state_per_rank / gib, zero_stage, need.activations_per_rank / gib, need.tokens_per_rank,
-      micro_batch, need.checkpoint, need.ranks_on_host,
-      (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib);
+      micro_batch, need.checkpoint, need.tier, need.ranks_on_host,
+      (need.state_per_rank + need.activations_per_rank) * need.ranks_on_host / gib, host_available / gib,
+      need.offload_per_rank > 0
+          ? fmt::format("; {:.3f} GiB of layer inputs on disk per rank", need.offload_per_rank / gib)
+          : "");
 }
 
 }  // namespace
@@ -521,6 +556,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const uint64_t host_available = available_memory_bytes();
   const HostMemoryNeed need = run.check_memory(host_available, dry_run);
   run.open_data();
+  if (!dry_run) run.start_offload(need);
   if (dry_run) {
     if (root && !run.auto_note.empty()) log_info("{}", run.auto_note);
     if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
@@ -589,6 +625,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   for (int64_t step = start_step; step < end_step; ++step) {
     world.stats().reset();  // the metrics report this step's traffic
     Timer timer;
+    const OffloadStats io_before = acts ? acts->offload() : OffloadStats{};
     const float lr = schedule.at(step);
     const StepResult stepped = run.pipeline
                                    ? train_step(run.pipe, *train_rows, run.replicas, step_settings, step, lr)
@@ -645,6 +682,15 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"memory", memory.to_json()},
                              {"peak_rss_bytes", peak_rss_mine},
                              {"peak_rss_bytes_max", peak_rss_max}};
+    if (config.memory.tier == MemoryTier::disk && acts) {
+      // This step's disk-tier traffic (the counters restart when the activations are re-sized).
+      OffloadStats io = acts->offload();
+      if (io.bytes_written >= io_before.bytes_written && io.bytes_read >= io_before.bytes_read)
+        io.bytes_written -= io_before.bytes_written, io.bytes_read -= io_before.bytes_read,
+            io.stall_seconds -= io_before.stall_seconds;
+      record["offload"] = {
+          {"bytes_written", io.bytes_written}, {"bytes_read", io.bytes_read}, {"stall_s", io.stall_seconds}};
+    }
     if (!pipeline_record.is_null()) {
       record["pipeline"] = pipeline_record;
       record["pp_wait_ms"] = pipeline_record["wait_ms"];  // the spec's name (§9), per pp rank
