@@ -95,7 +95,7 @@ for arch in gpt2 llama; do
   # A checkpoint written at tp2 x dp2 (ZeRO-1) after 4 steps resumes at tp1, tp4 and dp4 to step 10;
   # one written at pp2 resumes at tp2, one at tp2 x pp2 at one process.
   run ${arch}_part 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=1 --set train.exit_after=4
-  grep -q '"format": *3' "$WORK/${arch}_part/step_00000004/manifest.json" && echo "ok: tp checkpoint is format 3" ||
+  grep -q '"format_version": *3' "$WORK/${arch}_part/step_00000004/manifest.json" && echo "ok: tp checkpoint is format 3" ||
     fail "${arch}: the tp2 checkpoint is not format 3"
   for at in tp4 dp4; do cp -r "$WORK/${arch}_part" "$WORK/${arch}_part_$at"; done
   run ${arch}_part 1 --set checkpoint.resume=true
