@@ -89,9 +89,7 @@ class LayerStage : public Stage {
 
   // The blocks' linear seam in backward: the linears, or with deferred weight gradients those that
   // record their weight GEMMs.
-  LinearOps& backward_linears() {
-    return deferring_ ? static_cast<LinearOps&>(*deferring_) : *linears_;
-  }
+  LinearOps& backward_linears() { return deferring_ ? static_cast<LinearOps&>(*deferring_) : *linears_; }
 
   // Layers whose attention keeps saved tensors at once (1 under full checkpointing; keep_attention keeps
   // every layer's).
