@@ -66,6 +66,50 @@ compare() {
   fi
 }
 
+# small_model_config ARCH GPT2_HEADS LAYERS VOCAB [TRAIN_LINES]: $WORK/ARCH.toml, a 40-wide GPT-2
+# (GPT2_HEADS heads) or Llama (4 heads over 2 kv heads, SwiGLU 72) of LAYERS layers on $WORK/data's
+# shards, 10 steps of 8 rows x 32 tokens in micro-batches of 2; TRAIN_LINES are added to [train].
+small_model_config() {
+  local arch="$1" heads="$2" layers="$3" vocab="$4" extra="${5:-}" model
+  if [ "$arch" = gpt2 ]; then
+    model="arch = \"gpt2\"
+n_head = $heads
+d_model = 40"
+  else
+    model='arch = "llama"
+n_head = 4
+n_kv_head = 2
+d_model = 40
+d_ff = 72
+rms_norm_eps = 1e-5'
+  fi
+  cat >"$WORK/$arch.toml" <<TOML
+[model]
+$model
+n_layer = $layers
+seq_len = 32
+vocab_size = $vocab
+[data]
+train = "$WORK/data/shards/train_*.bin"
+val = "$WORK/data/shards/val_*.bin"
+[train]
+steps = 10
+global_batch = 8
+micro_batch = 2
+lr = 1e-3
+warmup_steps = 2
+eval_rows = 8
+threads = 1
+$extra
+TOML
+}
+# val_loss NAME: the last validation loss in $WORK/NAME's metrics.
+val_loss() { grep -oE '"val_loss":[^,}]*' "$WORK/$1/metrics.jsonl" | tail -n 1 | cut -d: -f2; }
+# within_1e5 A B: A and B within relative 1e-5.
+within_1e5() {
+  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-5 * (a < 0 ? -a : a)) }'
+}
+
 finish() {
   if [ $failures -ne 0 ]; then
     echo "$failures check(s) failed"

@@ -11,46 +11,9 @@
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 make_shards "$WORK/data"
-write_config() {  # write_config ARCH: $WORK/ARCH.toml
-  local model
-  if [ "$1" = gpt2 ]; then
-    model='arch = "gpt2"
-n_head = 5
-d_model = 40'
-  else
-    model='arch = "llama"
-n_head = 4
-n_kv_head = 2
-d_model = 40
-d_ff = 72
-rms_norm_eps = 1e-5'
-  fi
-  cat >"$WORK/$1.toml" <<TOML
-[model]
-$model
-n_layer = 9
-seq_len = 32
-vocab_size = 256
-[data]
-train = "$WORK/data/shards/train_*.bin"
-val = "$WORK/data/shards/val_*.bin"
-[train]
-steps = 10
-global_batch = 8
-micro_batch = 2
-lr = 1e-3
-warmup_steps = 2
-eval_rows = 8
-threads = 1
-TOML
-}
-val_loss() { grep -oE '"val_loss":[^,}]*' "$WORK/$1/metrics.jsonl" | tail -n 1 | cut -d: -f2; }
-close() {  # close A B: within relative 1e-5
-  awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 1e-5 * (a < 0 ? -a : a)) }'
-}
 compare_all() {  # compare_all NAME REF: the step losses and the final validation loss
   compare "$1" "$2"
-  close "$(val_loss "$2")" "$(val_loss "$1")" && echo "ok: $1 validation loss matches" ||
+  within_1e5 "$(val_loss "$2")" "$(val_loss "$1")" && echo "ok: $1 validation loss matches" ||
     fail "$1: validation loss $(val_loss "$1") vs $(val_loss "$2")"
 }
 
@@ -63,7 +26,7 @@ same_losses() {
 }
 
 for arch in gpt2 llama; do
-  write_config $arch
+  small_model_config $arch 5 9 256
   cfg="$WORK/$arch.toml"
   run ${arch}_ref 1
   # zb1's weight gradients run later (W) but in micro-batch order with the same GEMMs: bitwise too.
@@ -148,7 +111,7 @@ PY
 
 # eval, generate and export read a pp-trained checkpoint.
 eval_loss() { "$ODYSSEY" eval --checkpoint "$1" --data "$WORK/data/shards/val_*.bin" --max-rows 4 | grep -oE '"loss":[^,}]*' | cut -d: -f2; }
-close "$(eval_loss "$WORK/gpt2_ref")" "$(eval_loss "$WORK/gpt2_pp4_interleaved")" &&
+within_1e5 "$(eval_loss "$WORK/gpt2_ref")" "$(eval_loss "$WORK/gpt2_pp4_interleaved")" &&
   echo "ok: eval of a pp4-trained checkpoint" || fail "eval: $(eval_loss "$WORK/gpt2_pp4_interleaved")"
 [ -n "$("$ODYSSEY" generate --checkpoint "$WORK/llama_pp2_1f1b" --prompt "Document" --max-tokens 8 2>/dev/null)" ] &&
   echo "ok: generate from a pp-trained checkpoint" || fail "generate from a pp-trained checkpoint"
