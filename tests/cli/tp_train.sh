@@ -2,7 +2,7 @@
 # 257 that tp 2 and 4 must pad) and Llama (GQA: 4 heads, 2 key/value heads, replicated at tp 4), 10
 # steps at tp 2 and 4 with Megatron sequence parallelism (the default) and without it, tp2 x dp2 under
 # ZeRO-1 and ZeRO-3, tp2 x Ulysses 2, tp2 x ring 2, tp2 x pp2 (1F1B and zb1), and memory.checkpoint =
-# full under TP-SP and over sequence chunks under plain TP: every step's loss and the validation loss
+# full and sequence chunks under TP-SP and under plain TP: every step's loss and the validation loss
 # within relative 1e-5 of the single process (tp2 x dp2 with quantized ZeRO-2 communication within
 # 1e-2). Checkpoints written at tp2 x dp2 resume at tp1, tp4 and dp4, one written at pp2 at tp2 and one
 # at tp2 x pp2 at one process. The metrics carry the tp group's bytes; a tp rank holds about half the
@@ -47,10 +47,17 @@ for arch in gpt2 llama; do
   compare_all ${arch}_tp2_pp2 ${arch}_ref
   run ${arch}_tp2_pp2_zb1 4 --set parallel.tp=2 --set parallel.pp=2 --set parallel.pp_schedule=zb1
   compare_all ${arch}_tp2_pp2_zb1 ${arch}_ref
-  # The memory modes: full recomputation under TP-SP, and plain TP over sequence chunks of 24 rows
-  # (query-chunked attention over the K/V prefix, a short last chunk).
+  # The memory modes: full recomputation under TP-SP; TP-SP over sequence chunks (a rank's 32 rows in
+  # chunks of 24, its 16 rows at tp 4 in chunks of 5: short last chunks, tokens interleaved by chunk,
+  # the LM head in chunks of 9); plain TP over sequence chunks of 24 rows (query-chunked attention over
+  # the K/V prefix, a short last chunk).
   run ${arch}_tp2_full 2 --set parallel.tp=2 --set memory.checkpoint=full
   compare_all ${arch}_tp2_full ${arch}_ref
+  run ${arch}_tp2_chunks 2 --set parallel.tp=2 --set memory.checkpoint=full --set memory.chunk_tokens=24
+  compare_all ${arch}_tp2_chunks ${arch}_ref
+  run ${arch}_tp4_chunks 4 --set parallel.tp=4 --set memory.checkpoint=cheap --set memory.chunk_tokens=5 \
+    --set memory.head_chunk_tokens=9
+  compare_all ${arch}_tp4_chunks ${arch}_ref
   run ${arch}_tp2_nosp_chunks 2 --set parallel.tp=2 --set parallel.tp_sp=false --set memory.checkpoint=full \
     --set memory.chunk_tokens=24
   compare_all ${arch}_tp2_nosp_chunks ${arch}_ref

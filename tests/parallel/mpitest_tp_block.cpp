@@ -95,6 +95,18 @@ Layer shard(const Layer& g, int C, int t, int r) {
   return l;
 }
 
+// This rank's residual rows of a [N, C] tensor: all of them, or under TP-SP the tokens its rows hold
+// (tp_sp_token: a contiguous slice with one chunk, interleaved by chunk with several).
+Vec my_rows(const Vec& m, bool sp, int64_t N, int C, int t, int r, int chunk) {
+  if (!sp) return m;
+  Vec out;
+  for (int64_t k = 0; k < N / t; ++k) {
+    const Vec row = rows_of(m, tp_sp_token(N, t, r, k, chunk), 1, C);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
 void check_blocks(bool sp, int chunk = 0) {
   Communicator& w = world();
   static ProcessGrid grid(w, {.tp = w.size()});
@@ -135,16 +147,16 @@ void check_blocks(bool sp, int chunk = 0) {
   TensorParallelLinears lin(tp, sp);
   std::vector<Layer> local = {shard(global[0], C, t, r), shard(global[1], C, t, r)};
   std::vector<Layer> grads = {Layer::zeros_like(local[0]), Layer::zeros_like(local[1])};
-  const int64_t rows = lin.rows(N), row0 = sp ? r * rows : 0;
+  auto mine = [&](const Vec& m) { return my_rows(m, sp, N, C, t, r, chunk); };
   Vec out, dx;
-  run(lin, local, grads, rows_of(x, row0, rows, C), rows_of(dy, row0, rows, C), out, dx);
+  run(lin, local, grads, mine(x), mine(dy), out, dx);
   if (sp)  // the replicated tensors' partial gradients, summed over tp once (the step's job)
     for (Layer& g : grads)
       for (Vec* v : {&g.ln1_w, &g.ln1_b, &g.ln2_w, &g.ln2_b, &g.attn_proj_b, &g.fc_proj_b})
         tp_all_reduce(tp, v->data(), int64_t(v->size()));
 
-  EXPECT_LT(rel_error(out, rows_of(ref_out, row0, rows, C)), 1e-5) << "output";
-  EXPECT_LT(rel_error(dx, rows_of(ref_dx, row0, rows, C)), 1e-5) << "d input";
+  EXPECT_LT(rel_error(out, mine(ref_out)), 1e-5) << "output";
+  EXPECT_LT(rel_error(dx, mine(ref_dx)), 1e-5) << "d input";
   const char* names[] = {"ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b",
                          "ln2_w", "ln2_b", "fc_w",  "fc_b",  "fc_proj_w",   "fc_proj_b"};
   for (int l = 0; l < L; ++l) {
@@ -263,9 +275,9 @@ void check_llama_blocks(bool sp, int K, int chunk = 0) {
   TensorParallelLinears lin(tp, sp);
   std::vector<LlamaLayer> local = {shard(global[0], d, t, r), shard(global[1], d, t, r)};
   std::vector<LlamaLayer> grads = {local[0].zeros(), local[1].zeros()};
-  const int64_t rows = lin.rows(N), row0 = sp ? r * rows : 0;
+  auto mine = [&](const Vec& m) { return my_rows(m, sp, N, C, t, r, chunk); };
   Vec out, dx;
-  run(lin, local, grads, rows_of(x, row0, rows, C), rows_of(dy, row0, rows, C), out, dx);
+  run(lin, local, grads, mine(x), mine(dy), out, dx);
   // The step's reductions: TP-SP norm gradients over tp; a replicated key/value head's over the t/K
   // ranks that hold it (§1.8).
   std::unique_ptr<Communicator> kv_group;
@@ -277,8 +289,8 @@ void check_llama_blocks(bool sp, int K, int chunk = 0) {
     if (kv_group) tp_all_reduce(*kv_group, g.qkv_w.data() + q_rows * C, kv_rows * C);
   }
 
-  EXPECT_LT(rel_error(out, rows_of(ref_out, row0, rows, C)), 1e-5) << "output";
-  EXPECT_LT(rel_error(dx, rows_of(ref_dx, row0, rows, C)), 1e-5) << "d input";
+  EXPECT_LT(rel_error(out, mine(ref_out)), 1e-5) << "output";
+  EXPECT_LT(rel_error(dx, mine(ref_dx)), 1e-5) << "d input";
   const char* names[] = {"attn_norm", "qkv", "o", "mlp_norm", "gate_up", "down"};
   for (int l = 0; l < L; ++l) {
     LlamaLayer want_layer = shard(ref_grads[l], d, t, r);
@@ -305,9 +317,13 @@ TEST(TensorParallelBlock, LlamaMqaPlain) {
 TEST(TensorParallelBlock, LlamaGqaPlainChunked) {
   check_llama_blocks(false, 2, 10);
 }
-TEST(TensorParallelBlock, SequenceParallelRefusesSeveralChunks) {
-  if (world().size() == 1) GTEST_SKIP() << "one rank holds every row: no TP-SP";
-  EXPECT_THROW(check_blocks(true, 4), Error);
+// TP-SP over sequence chunks (a rank's 36 / t rows in chunks of 4, the last short at tp 4): each
+// chunk's column linear gathers the ranks' rows of that chunk, so the rank's tokens interleave by chunk.
+TEST(TensorParallelBlock, Gpt2SequenceParallelChunked) {
+  check_blocks(true, 4);
+}
+TEST(TensorParallelBlock, LlamaGqaSequenceParallelChunked) {
+  check_llama_blocks(true, 2, 4);
 }
 
 TEST(TensorParallelBlock, LlamaShapeRefusesHeadsThatDoNotSplit) {

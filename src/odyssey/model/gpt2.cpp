@@ -152,7 +152,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
   a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
-             attention_->chunks_queries());
+             queries_chunked());
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, R = int(split().rows(N));
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
@@ -161,7 +161,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   if (emb) {
     hooks_->before_forward(0);
     vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.wte),
-                              w(*names_.wpe), N, C, o);
+                              w(*names_.wpe), N, C, memory_.chunk_tokens, o);
     hooks_->after_forward(0);
   }
   const float* input = emb ? a.encoded.data() : a.input;
@@ -227,7 +227,7 @@ void GPT2::backward(StageActivations& acts) {
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
   vocab_->embedding_backward(d(*names_.wte), d(*names_.wpe), a.dres.data(), a.tokens.data(),
-                             a.positions.data(), N, C, o);
+                             a.positions.data(), N, C, memory_.chunk_tokens, o);
   hooks_->after_backward(0);
 }
 

@@ -137,14 +137,7 @@ struct Split {
         W1(s.C / t),
         W3(3 * s.C / t),
         W4(4 * s.C / t),
-        rc{int(lin.rows(s.N())), s.chunk} {
-    // A TP-SP chunk would gather rows from every rank's slice, not one contiguous token range.
-    ODY_CHECK(
-        !lin.sequence_parallel() || rc.count() <= 1,
-        "sequence-chunked layers (memory.chunk_tokens) are not supported with TP-SP yet: {} rows per rank "
-        "in chunks of {}",
-        rc.N, rc.chunk_rows());
-  }
+        rc{int(lin.rows(s.N())), s.chunk} {}
 };
 
 // Layer-norm 1 and the qkv projection of chunk j into its rows dst [n G, 3C/t].

@@ -122,6 +122,7 @@ double LayerStage::head_loss(const float* x, const ParamInfo* head_param, const 
   a.dx = dx;
   a.dw = train ? grad(head) : nullptr;
   a.N = N, a.C = config_.d_model, a.V = config_.vocab_size, a.chunk = chunk;
+  a.layer_chunk = memory_.chunk_tokens;
   a.dloss = dloss;
   lm_head_loss(a, *linears_, *vocab_, observer_);
   double sum = 0;

@@ -68,10 +68,13 @@ class LayerStage : public Stage {
   LayerStage& operator=(const LayerStage&) = delete;
 
   bool has_head() const { return range_.head(config_); }
-  // How the layers are split over the tensor-parallel group, and the first of the group's tokens this
-  // rank's residual stream holds (under TP-SP its slice of n tokens).
+  // How the layers are split over the tensor-parallel group.
   TpSplit split() const { return linears_->split(); }
-  int64_t first_row(int64_t n) const { return split().sequence_parallel ? tp_.rank * split().rows(n) : 0; }
+  // Whether the layers' attention runs per query chunk (the local op; not under TP-SP, whose chunks
+  // gather tokens of every rank and run the whole-sequence attention).
+  bool queries_chunked() const {
+    return attention_->chunks_queries() && (split().t == 1 || !split().sequence_parallel);
+  }
   int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
   int final_unit() const { return table_.num_units() - 1; }
   int head_unit() const { return tied_head_ && range_.embeddings() ? 0 : final_unit(); }

@@ -13,6 +13,7 @@
 // residual stream's layout are [rows(n), X]; those between the pair are [n, X].
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "odyssey/model/op_observer.h"
@@ -27,6 +28,18 @@ struct TpSplit {
   bool sequence_parallel = false;
   int64_t rows(int64_t n) const { return sequence_parallel ? n / t : n; }
 };
+
+// The token of the group's n that rank q's residual row k holds under TP-SP. A rank's residual rows
+// run in chunks of `chunk` rows (memory.chunk_tokens; 0: one chunk), and a chunk's column linear gathers
+// the t ranks' rows of that chunk, in rank order, into t m' consecutive tokens (m' its rows: `chunk`, or
+// fewer in the last): rank q's rows of chunk j are tokens j t chunk + q m' + [0, m'). With one chunk
+// this is the contiguous slice [q R, (q + 1) R) of R = n / t rows. Embeddings and the LM head assign
+// tokens by it, so every chunk of a layer sees consecutive tokens.
+inline int64_t tp_sp_token(int64_t n, int t, int q, int64_t k, int chunk) {
+  const int64_t R = n / t, m = chunk > 0 && chunk < R ? chunk : R;
+  const int64_t j = k / m, i = k % m, rows = std::min(m, R - j * m);
+  return j * t * m + q * rows + i;
+}
 
 struct LinearCall {
   int64_t n = 0;         // tokens of the tp group

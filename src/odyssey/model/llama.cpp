@@ -160,7 +160,7 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
   a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
-             attention_->chunks_queries());
+             queries_chunked());
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, R = int(split().rows(N));
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
@@ -175,7 +175,7 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   if (emb) {
     hooks_->before_forward(0);
     vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.embed),
-                              nullptr, N, C, o);
+                              nullptr, N, C, memory_.chunk_tokens, o);
     hooks_->after_forward(0);
   }
   const float* input = emb ? a.encoded.data() : a.input;
@@ -243,7 +243,7 @@ void Llama::backward(StageActivations& acts) {
   if (!emb) return;                                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
   vocab_->embedding_backward(d(*names_.embed), nullptr, a.dres.data(), a.tokens.data(), a.positions.data(), N,
-                             C, o);
+                             C, memory_.chunk_tokens, o);
   hooks_->after_backward(0);
 }
 

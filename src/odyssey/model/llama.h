@@ -70,7 +70,7 @@ class Llama : public LayerStage {
 
   size_t activation_bytes_for(int B, int T) const override {
     return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
-                                       vocab_->rows(config_.vocab_size), attention_->chunks_queries()) +
+                                       vocab_->rows(config_.vocab_size), queries_chunked()) +
            attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
                                  layers_saving_attention());
   }

@@ -145,14 +145,7 @@ namespace {
 struct Rows {
   RowChunks rc;
   int G;
-  Rows(const LinearOps& lin, const LlamaShape& s) : rc{int(lin.rows(s.N())), s.chunk}, G(s.N() / rc.N) {
-    // A TP-SP chunk would gather rows from every rank's slice, not one contiguous token range.
-    ODY_CHECK(
-        !lin.sequence_parallel() || rc.count() <= 1,
-        "sequence-chunked layers (memory.chunk_tokens) are not supported with TP-SP yet: {} rows per rank "
-        "in chunks of {}",
-        rc.N, rc.chunk_rows());
-  }
+  Rows(const LinearOps& lin, const LlamaShape& s) : rc{int(lin.rows(s.N())), s.chunk}, G(s.N() / rc.N) {}
 };
 
 // RMSNorm, the qkv projection and RoPE of chunk j into its rows dst [n G, W].

@@ -30,7 +30,8 @@ struct LmHeadArgs {
   float* dx = nullptr;  // [R, C] accumulated into (training)
   float* dw = nullptr;  // [rows(V), C] accumulated into (training)
   int N = 0, C = 0, V = 0, chunk = 0;
-  float dloss = 0;  // each counted token's loss weight; 0: forward only
+  int layer_chunk = 0;  // the layers' rows per chunk: which tokens a TP-SP rank's rows hold (tp_sp_token)
+  float dloss = 0;      // each counted token's loss weight; 0: forward only
 };
 
 // Rows of the logits block for chunks of `chunk` residual rows: chunk x the tokens per residual row.

@@ -6,12 +6,12 @@
 namespace odyssey {
 
 void LocalVocab::embedding_forward(float* e, const int* ids, const int* positions, const float* E,
-                                   const float* P, int64_t n, int C, OpObserver* o) {
+                                   const float* P, int64_t n, int C, int /*chunk*/, OpObserver* o) {
   observed(o, "embedding.fwd", 0, [&] { odyssey::embedding_forward(e, ids, positions, E, P, int(n), C); });
 }
 
 void LocalVocab::embedding_backward(float* dE, float* dP, const float* de, const int* ids,
-                                    const int* positions, int64_t n, int C, OpObserver* o) {
+                                    const int* positions, int64_t n, int C, int /*chunk*/, OpObserver* o) {
   observed(o, "embedding.bwd", 0,
            [&] { odyssey::embedding_backward(dE, dP, de, ids, positions, int(n), C); });
 }

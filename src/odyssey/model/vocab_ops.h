@@ -26,12 +26,13 @@ class VocabOps {
 
   // e [rows(n), C] = E[ids] (+ P[positions] when P is given: GPT-2's learned positions) for this rank's
   // tokens. ids, positions [n] are the group's tokens; E [rows(V), C] this rank's table; P [T, C] whole.
+  // chunk: the layers' rows per chunk, which decides the tokens a TP-SP rank holds (tp_sp_token).
   virtual void embedding_forward(float* e, const int* ids, const int* positions, const float* E,
-                                 const float* P, int64_t n, int C, OpObserver* o) = 0;
+                                 const float* P, int64_t n, int C, int chunk, OpObserver* o) = 0;
   // dE += the rows of de [rows(n), C] of the ids this rank holds; dP (when given) += de at the positions
   // of this rank's tokens (under TP-SP a partial sum over the tp group, which the step sums).
   virtual void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
-                                  int64_t n, int C, OpObserver* o) = 0;
+                                  int64_t n, int C, int chunk, OpObserver* o) = 0;
   // Cross-entropy of logits [n, rows(V)] against targets [n] (< 0: ignored, loss 0, gradient 0): losses
   // [n], the same on every rank; with dloss > 0 the logits become dloss * (softmax - onehot).
   virtual void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V,
@@ -42,9 +43,9 @@ class VocabOps {
 class LocalVocab : public VocabOps {
  public:
   void embedding_forward(float* e, const int* ids, const int* positions, const float* E, const float* P,
-                         int64_t n, int C, OpObserver* o) override;
+                         int64_t n, int C, int chunk, OpObserver* o) override;
   void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
-                          int64_t n, int C, OpObserver* o) override;
+                          int64_t n, int C, int chunk, OpObserver* o) override;
   void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V, float dloss,
                      OpObserver* o) override;
 };

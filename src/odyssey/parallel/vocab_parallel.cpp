@@ -150,28 +150,41 @@ int64_t VocabParallelOps::rows(int64_t V) const {
   return shard_.rows;
 }
 
+const int* VocabParallelOps::slice_order(const int* ids, int64_t n, int chunk) {
+  const int t = tp_.size();
+  const int64_t R = n / t;
+  if (!sequence_parallel_ || chunk <= 0 || chunk >= R) return ids;
+  ordered_.resize(size_t(n));
+  for (int q = 0; q < t; ++q)
+    for (int64_t k = 0; k < R; ++k) ordered_[size_t(q * R + k)] = ids[tp_sp_token(n, t, q, k, chunk)];
+  return ordered_.data();
+}
+
 void VocabParallelOps::embedding_forward(float* e, const int* ids, const int* positions, const float* E,
-                                         const float* P, int64_t n, int C, OpObserver* o) {
+                                         const float* P, int64_t n, int C, int chunk, OpObserver* o) {
   ODY_CHECK(!sequence_parallel_ || n % tp_.size() == 0,
             "vocab-parallel embedding: {} tokens do not split over parallel.tp = {} (parallel.tp_sp)", n,
             tp_.size());
   observed(o, "embedding.fwd", 0, [&] {
-    vocab_embedding_forward(tp_, e, ids, E, shard_, n, C, sequence_parallel_, scratch_);
+    vocab_embedding_forward(tp_, e, slice_order(ids, n, chunk), E, shard_, n, C, sequence_parallel_,
+                            scratch_);
     if (!P) return;
-    const int64_t r0 = first(n), R = held(n);
+    const int64_t R = held(n);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < R; ++i) accumulate(e + i * C, P + int64_t(positions[r0 + i]) * C, size_t(C));
+    for (int64_t k = 0; k < R; ++k)
+      accumulate(e + k * C, P + int64_t(positions[token(n, k, chunk)]) * C, size_t(C));
   });
 }
 
 void VocabParallelOps::embedding_backward(float* dE, float* dP, const float* de, const int* ids,
-                                          const int* positions, int64_t n, int C, OpObserver* o) {
+                                          const int* positions, int64_t n, int C, int chunk, OpObserver* o) {
   observed(o, "embedding.bwd", 0, [&] {
-    vocab_embedding_backward(tp_, dE, de, ids, shard_, n, C, sequence_parallel_, scratch_);
+    vocab_embedding_backward(tp_, dE, de, slice_order(ids, n, chunk), shard_, n, C, sequence_parallel_,
+                             scratch_);
     if (!dP) return;
-    const int64_t r0 = first(n), R = held(n);
-    for (int64_t i = 0; i < R; ++i)  // serial: repeated positions add in token order
-      accumulate(dP + int64_t(positions[r0 + i]) * C, de + i * C, size_t(C));
+    const int64_t R = held(n);
+    for (int64_t k = 0; k < R; ++k)  // serial: repeated positions add in row order
+      accumulate(dP + int64_t(positions[token(n, k, chunk)]) * C, de + k * C, size_t(C));
   });
 }
 

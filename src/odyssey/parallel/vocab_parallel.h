@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
@@ -62,21 +63,27 @@ class VocabParallelOps : public VocabOps {
   int64_t lo() const override { return shard_.lo; }
   int64_t rows(int64_t V) const override;
   void embedding_forward(float* e, const int* ids, const int* positions, const float* E, const float* P,
-                         int64_t n, int C, OpObserver* o) override;
+                         int64_t n, int C, int chunk, OpObserver* o) override;
   void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
-                          int64_t n, int C, OpObserver* o) override;
+                          int64_t n, int C, int chunk, OpObserver* o) override;
   void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V, float dloss,
                      OpObserver* o) override;
 
  private:
-  // This rank's first token and token count of a group's n.
-  int64_t first(int64_t n) const { return sequence_parallel_ ? tp_.rank() * (n / tp_.size()) : 0; }
+  // Under TP-SP with more than one chunk, the ids in the order the token slices are laid out (rank q's
+  // rows q R + k hold token tp_sp_token(n, t, q, k, chunk)); else ids itself.
+  const int* slice_order(const int* ids, int64_t n, int chunk);
+  // The token this rank's residual row k holds.
+  int64_t token(int64_t n, int64_t k, int chunk) const {
+    return sequence_parallel_ ? tp_sp_token(n, tp_.size(), tp_.rank(), k, chunk) : k;
+  }
   int64_t held(int64_t n) const { return sequence_parallel_ ? n / tp_.size() : n; }
 
   Communicator& tp_;
   VocabShard shard_;
   bool sequence_parallel_;
   FloatBuffer scratch_;
+  std::vector<int> ordered_;  // slice_order's
 };
 
 }  // namespace odyssey
