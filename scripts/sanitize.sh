@@ -23,6 +23,10 @@ ci_targets=()
 # The multi-rank part of --ci (the rest, mpitest_sp_attention above all, is the slow half of the set).
 ci_mpi_tests=(mpitest_communicator mpitest_grid mpitest_two_level mpitest_zero_parity mpitest_pipeline)
 ci_fuzz=()
+# --ci leaves out the slowest unit tests that repeat a path another test of the set covers (they run
+# in the Release pass): the Llama layout matrices of the checkpoint boxes (the GPT-2 matrix stays;
+# ~20x slower under the sanitizers, minutes each).
+declare -A ci_skip=([test_sliced_boxes]='SlicedBoxes.Llama*AnyTpAnyZero')
 if [ "${1:-}" = --ci ]; then
   shift
   for src in tests/core/test_*.cpp tests/dataio/test_*.cpp tests/checkpoint/test_*.cpp tests/model/test_*.cpp; do
@@ -50,7 +54,7 @@ if [ ${#ci_targets[@]} -gt 0 ]; then
   units=0
   for t in "${ci_targets[@]}"; do
     [[ $t == test_* ]] || continue
-    "$BUILD/tests/$t" --gtest_brief=1 || failed "$t"
+    "$BUILD/tests/$t" --gtest_brief=1 ${ci_skip[$t]:+--gtest_filter=-${ci_skip[$t]}} || failed "$t"
     units=$((units + 1))
   done
   for name in "${ci_fuzz[@]}"; do "$BUILD/fuzz/fuzz_replay_$name" "fuzz/corpus/$name" || failed "fuzz_replay_$name"; done
