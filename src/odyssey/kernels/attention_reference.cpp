@@ -28,6 +28,7 @@
 #include <cstring>
 
 #include "odyssey/kernels/attention_schedule.h"
+#include "odyssey/kernels/attention_tiles.h"
 
 namespace odyssey {
 namespace {
@@ -41,6 +42,7 @@ struct ReferenceTiles {
   static constexpr int kRows = 4;  // rows per micro-kernel call: 4 x 4 vector accumulators
 
   using vf = float __attribute__((vector_size(kW * sizeof(float))));
+  using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
 
   static vf load(const float* p) {
     vf v;
@@ -64,33 +66,10 @@ struct ReferenceTiles {
     return s;
   }
 
-  // vexp (vec_math.h) on 16 lanes: the same range reduction and polynomial, so the same results.
-  // Written on the vector type because `omp simd` loops over vexp compile to 256-bit vectors here
-  // (g++ prefers them on AVX-512 parts) and score rows are exactly four 16-float vectors.
-  static vf vexp(vf x) {
-    using vi = int32_t __attribute__((vector_size(kW * sizeof(int32_t))));
-    const vf lo = splat(-87.33f), hi = splat(88.72f);
-    const vi underflow = x < lo;
-    x = x > hi ? hi : x;
-    x = x < lo ? lo : x;
-    const vf round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to the nearest integer
-    vf n = (x * splat(1.44269504088896341f) + round) - round;
-    vf r = (x - n * splat(0.693145751953125f)) - n * splat(1.42860682030941723212e-6f);
-    vf p = splat(1.0f / 5040.0f);
-    p = p * r + splat(1.0f / 720.0f);
-    p = p * r + splat(1.0f / 120.0f);
-    p = p * r + splat(1.0f / 24.0f);
-    p = p * r + splat(1.0f / 6.0f);
-    p = p * r + splat(0.5f);
-    p = p * r + splat(1.0f);
-    p = p * r + splat(1.0f);
-    vi ni = __builtin_convertvector(n, vi);
-    vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
-    vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
-    vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
-    vf y = p * scale_a * scale_b;
-    return underflow ? splat(0.0f) : y;
-  }
+  // vexp (vec_math.h) on 16 lanes: the same results. Written on the vector type because `omp simd`
+  // loops over vexp compile to 256-bit vectors here (g++ prefers them on AVX-512 parts) and score rows
+  // are exactly four 16-float vectors.
+  static vf vexp(vf x) { return attention_tiles::vexp_lanes<ReferenceTiles>(x); }
 
   // S[M, kBlockK] = A[M, :D] . Bt[D, kBlockK]; A has row stride lda. M is a multiple of kRows.
   // Used for S = Qs K^T (Bt = a transposed key block) and dP = dO V^T (Bt = a transposed value block).

@@ -21,6 +21,37 @@
 
 namespace odyssey::attention_tiles {
 
+// vexp (kernels/vec_math.h) on the lanes of a GCC vector, for the kernels written on vector types (these
+// tiles and the reference kernel's): the same range reduction and polynomial, so the same bits lane by lane.
+// Ops supplies the vector types Ops::vf (floats) and Ops::vi (int32, as many lanes) and Ops::splat(float) ->
+// vf (each kernel broadcasts its own way). 0 below ~-87.3 and for -inf.
+template <class Ops>
+inline typename Ops::vf vexp_lanes(typename Ops::vf x) {
+  using vf = typename Ops::vf;
+  using vi = typename Ops::vi;
+  const vf lo = Ops::splat(-87.33f), hi = Ops::splat(88.72f);
+  const vi underflow = x < lo;
+  x = x > hi ? hi : x;
+  x = x < lo ? lo : x;
+  const vf round = Ops::splat(12582912.0f);
+  vf n = (x * Ops::splat(1.44269504088896341f) + round) - round;
+  vf r = (x - n * Ops::splat(0.693145751953125f)) - n * Ops::splat(1.42860682030941723212e-6f);
+  vf p = Ops::splat(1.0f / 5040.0f);
+  p = p * r + Ops::splat(1.0f / 720.0f);
+  p = p * r + Ops::splat(1.0f / 120.0f);
+  p = p * r + Ops::splat(1.0f / 24.0f);
+  p = p * r + Ops::splat(1.0f / 6.0f);
+  p = p * r + Ops::splat(0.5f);
+  p = p * r + Ops::splat(1.0f);
+  p = p * r + Ops::splat(1.0f);
+  vi ni = __builtin_convertvector(n, vi);
+  vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
+  vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
+  vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
+  vf y = p * scale_a * scale_b;
+  return underflow ? Ops::splat(0.0f) : y;
+}
+
 // Vectors of W floats (and W int32 for exp's exponent bits); the loads and stores may alias floats.
 template <int W>
 struct Vectors {
@@ -86,31 +117,8 @@ struct MicroTiles {
     }
   }
 
-  // vexp (vec_math.h) on a vector: the same range reduction and degree-7 polynomial, so the same
-  // accuracy (below 2^-23 relative); 0 below ~-87.3 and for -inf.
-  static vf vexp(vf x) {
-    const vf lo = splat(-87.33f), hi = splat(88.72f);
-    const vi underflow = x < lo;
-    x = x > hi ? hi : x;
-    x = x < lo ? lo : x;
-    const vf round = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to the nearest integer
-    vf n = (x * splat(1.44269504088896341f) + round) - round;
-    vf r = (x - n * splat(0.693145751953125f)) - n * splat(1.42860682030941723212e-6f);
-    vf p = splat(1.0f / 5040.0f);
-    p = p * r + splat(1.0f / 720.0f);
-    p = p * r + splat(1.0f / 120.0f);
-    p = p * r + splat(1.0f / 24.0f);
-    p = p * r + splat(1.0f / 6.0f);
-    p = p * r + splat(0.5f);
-    p = p * r + splat(1.0f);
-    p = p * r + splat(1.0f);
-    vi ni = __builtin_convertvector(n, vi);
-    vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
-    vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
-    vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
-    vf y = p * scale_a * scale_b;
-    return underflow ? splat(0.0f) : y;
-  }
+  // vexp (vec_math.h) on a vector: the same bits lane by lane.
+  static vf vexp(vf x) { return vexp_lanes<MicroTiles>(x); }
 
   // C[kMR, NV*kW] (+)= op(A)[kMR, K] . B[K, NV*kW], B rows ldb apart. op(A)[r, k] is a[r * lda + k],
   // or a[k * lda + r] when TransA (P^T and dS^T are read from P and dS in place, never transposed).

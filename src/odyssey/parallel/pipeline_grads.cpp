@@ -9,59 +9,50 @@
 
 namespace odyssey {
 
-void sum_reduced_gradients(ZeroEngine& engine, const std::vector<Range>& tensors, Communicator& group) {
-  const std::vector<ZeroEngine::GradRun> runs = engine.reduced_grad_runs();
-  // This rank's elements of the tensors, packed in table order, in pieces of at most 4M elements (a
-  // large vocabulary needs no second full-size buffer).
-  struct Piece {
+void sum_gradient_ranges(ZeroEngine& engine, const std::vector<Range>& tensors, Communicator& group,
+                         HeldRuns held, FloatBuffer& scratch) {
+  constexpr int64_t kPiece = int64_t(1) << 22;
+  // The elements that travel, in table order, as segments of at most kPiece: this rank's gradients,
+  // or null where it holds none (HeldRuns::differ only).
+  struct Segment {
     float* grads;
     int64_t n;
   };
-  std::vector<Piece> pieces;
-  for (const Range& tensor : tensors)
+  std::vector<Segment> segments;
+  auto add = [&](float* grads, int64_t n) {
+    for (int64_t at = 0; at < n; at += kPiece)
+      segments.push_back({grads ? grads + at : nullptr, std::min(kPiece, n - at)});
+  };
+  std::vector<ZeroEngine::GradRun> runs = engine.reduced_grad_runs();
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+  for (const Range& tensor : tensors) {
+    int64_t at = tensor.begin;  // the runs are disjoint
     for (const ZeroEngine::GradRun& run : runs) {
       const Range mine = intersect({run.begin, run.end}, tensor);
-      if (!mine.empty()) pieces.push_back({run.grads + (mine.begin - run.begin), mine.size()});
+      if (mine.empty()) continue;
+      if (held == HeldRuns::differ && mine.begin > at) add(nullptr, mine.begin - at);
+      add(run.grads + (mine.begin - run.begin), mine.size());
+      at = mine.end;
     }
-  constexpr int64_t kPiece = int64_t(1) << 22;
-  FloatBuffer packed;
-  for (size_t i = 0; i < pieces.size();) {
-    // Pieces [i, j) packed together, up to kPiece elements (a larger single piece alone).
+    if (held == HeldRuns::differ && at < tensor.end) add(nullptr, tensor.end - at);
+  }
+  for (size_t i = 0; i < segments.size();) {
+    // Segments [i, j) packed into one message of n elements.
     size_t j = i;
     int64_t n = 0;
-    while (j < pieces.size() && (j == i || n + pieces[j].n <= kPiece)) n += pieces[j++].n;
-    float* buf = packed.at_least(size_t(n));
+    while (j < segments.size() && n + segments[j].n <= kPiece) n += segments[j++].n;
+    float* buf = scratch.at_least(size_t(n));
     int64_t at = 0;
-    for (size_t k = i; k < j; ++k) std::copy_n(pieces[k].grads, pieces[k].n, buf + at), at += pieces[k].n;
+    for (size_t k = i; k < j; at += segments[k++].n)
+      if (segments[k].grads)
+        std::copy_n(segments[k].grads, segments[k].n, buf + at);
+      else
+        std::fill_n(buf + at, segments[k].n, 0.0f);
     group.all_reduce(buf, size_t(n), DType::f32);
     at = 0;
-    for (size_t k = i; k < j; ++k) std::copy_n(buf + at, pieces[k].n, pieces[k].grads), at += pieces[k].n;
+    for (size_t k = i; k < j; at += segments[k++].n)
+      if (segments[k].grads) std::copy_n(buf + at, segments[k].n, segments[k].grads);
     i = j;
-  }
-}
-
-void sum_tied_gradient(ZeroEngine& engine, Range tensor, Communicator& embd) {
-  // A rank of the first stage and one of the last may hold different runs of the tensor (ZeRO >= 1
-  // partitions each stage's table on its own): the tensor goes over embd whole, zeros where not held.
-  const std::vector<ZeroEngine::GradRun> runs = engine.reduced_grad_runs();
-  constexpr int64_t kPiece = int64_t(1) << 22;
-  FloatBuffer piece(size_t(std::min(kPiece, tensor.size())));
-  for (int64_t at = tensor.begin; at < tensor.end; at += kPiece) {
-    const Range part{at, std::min(at + kPiece, tensor.end)};
-    std::fill_n(piece.data(), part.size(), 0.0f);
-    for (const ZeroEngine::GradRun& run : runs) {
-      const Range mine = intersect({run.begin, run.end}, part);
-      if (!mine.empty())
-        std::copy_n(run.grads + (mine.begin - run.begin), mine.size(),
-                    piece.data() + (mine.begin - part.begin));
-    }
-    embd.all_reduce(piece.data(), size_t(part.size()), DType::f32);
-    for (const ZeroEngine::GradRun& run : runs) {
-      const Range mine = intersect({run.begin, run.end}, part);
-      if (!mine.empty())
-        std::copy_n(piece.data() + (mine.begin - part.begin), mine.size(),
-                    run.grads + (mine.begin - run.begin));
-    }
   }
 }
 

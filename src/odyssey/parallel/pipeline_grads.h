@@ -6,23 +6,33 @@
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/core/buffer.h"
 #include "odyssey/parallel/shard.h"
 #include "odyssey/parallel/zero.h"
 
 namespace odyssey {
 
-// Sums the reduced gradients of the dense ranges `tensors` of the engine's table over `group`, in place
-// on every member (each member must hold the same element runs: the same table layout and ZeRO
-// partition). Collective over group.
-void sum_reduced_gradients(ZeroEngine& engine, const std::vector<Range>& tensors, Communicator& group);
+// Which elements of a sum over a group travel: the members hold the same element runs of the ranges
+// (the same table layout and ZeRO partition: only those travel), or possibly different ones (the tied
+// copies of the first and last pipeline stage, each stage partitioned on its own: the ranges travel
+// whole, zeros where a member holds nothing).
+enum class HeldRuns { same, differ };
 
-// Adds the tied copies' reduced gradients, in place on every member of embd: the ranks of the first
-// and last stage that hold the copy's elements (ZeRO 0: the two ranks with this rank's data-parallel
-// coordinates, each holding the whole gradient; ZeRO >= 1: both stages' whole data-parallel groups,
-// each rank its shard). tensor: the copy's dense range in the engine's table. Each element is the sum
-// of exactly two non-zero terms (the rest add zeros), so every member gets the same bits.
-// Collective over embd.
-void sum_tied_gradient(ZeroEngine& engine, Range tensor, Communicator& embd);
+// Sums the engine's reduced gradients of the dense ranges `tensors` of its table over `group`, in
+// place on every member, in messages of at most 4M elements packed from scratch (reused space the
+// caller keeps). Collective over group.
+void sum_gradient_ranges(ZeroEngine& engine, const std::vector<Range>& tensors, Communicator& group,
+                         HeldRuns held, FloatBuffer& scratch);
+
+// The tied copies' reduced gradients added over embd (spec §3.7): the members are the ranks of the
+// first and last stage that hold the copy's elements (ZeRO 0: the two ranks with this rank's
+// data-parallel coordinates, each holding the whole gradient; ZeRO >= 1: both stages' whole
+// data-parallel groups, each rank its shard). tensor: the copy's dense range in the engine's table.
+// Each element is the sum of exactly two non-zero terms (the rest add zeros), so every member gets the
+// same bits. Collective over embd.
+inline void sum_tied_gradient(ZeroEngine& engine, Range tensor, Communicator& embd, FloatBuffer& scratch) {
+  sum_gradient_ranges(engine, {tensor}, embd, HeldRuns::differ, scratch);
+}
 
 // sqrt of the sum of squares of every stage's reduced gradients: per engine over its data-parallel
 // shards, then over each group of `across` in order (pp: the stages; tp: the tensor-parallel pieces);

@@ -26,8 +26,8 @@ TpGradients TpGradients::plan(const ParamTable& table, Communicator& tp, Communi
 
 void TpGradients::sum(ZeroEngine& engine) const {
   if (!tp) return;
-  if (!over_tp.empty()) sum_reduced_gradients(engine, over_tp, *tp);
-  if (!over_kv.empty()) sum_reduced_gradients(engine, over_kv, *kv);
+  if (!over_tp.empty()) sum_gradient_ranges(engine, over_tp, *tp, HeldRuns::same, scratch);
+  if (!over_kv.empty()) sum_gradient_ranges(engine, over_kv, *kv, HeldRuns::same, scratch);
 }
 
 int kv_group_color(int K, int t, int r, int tp_group) {

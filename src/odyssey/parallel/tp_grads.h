@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/core/buffer.h"
 #include "odyssey/model/params.h"
 #include "odyssey/parallel/shard.h"
 #include "odyssey/parallel/zero.h"
@@ -30,6 +31,8 @@ struct TpGradients {
                           bool sequence_parallel);
   // Sums the engine's reduced gradients of over_tp over tp and of over_kv over kv (collective).
   void sum(ZeroEngine& engine) const;
+
+  mutable FloatBuffer scratch;  // the sums' packing space, kept from step to step
 };
 
 // The kv group's colour for the rank holding piece r of t (ranks sharing a replicated key/value head

@@ -74,7 +74,7 @@ StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss
       },
       settings.dloss, &local.count);
   for (size_t c = 0; c < pipe.engines.size(); ++c)
-    if (!pipe.tied[c].empty()) sum_tied_gradient(*pipe.engines[c], pipe.tied[c], *pipe.embd);
+    if (!pipe.tied[c].empty()) sum_tied_gradient(*pipe.engines[c], pipe.tied[c], *pipe.embd, pipe.scratch);
   // Per chunk: the tied copy and, under tensor parallelism, the replicated tensors on all tp ranks but one.
   std::vector<std::vector<Range>> skip(pipe.engines.size());
   for (size_t c = 0; c < pipe.engines.size(); ++c) {

@@ -52,6 +52,7 @@ struct PipelineStep {
   std::vector<Range> tied;           // per chunk: the tied copy's dense range (empty: none)
   std::vector<Range> norm_skip;      // per chunk: left out of the norm (the last stage's tied copy)
   std::vector<TpGradients> tp;       // per chunk under tensor parallelism (empty: none)
+  FloatBuffer scratch;               // the tied copies' sum, kept from step to step
 };
 
 // The same step through the pipeline: the step's micro-batches run by the runner's schedule (each

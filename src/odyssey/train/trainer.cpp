@@ -246,7 +246,7 @@ struct Run {
     pipe.runner = pipeline.get();
     pipe.pp = &grid.pp();
     for (auto& engine : engines) pipe.engines.push_back(engine.get());
-    pipe.tp = tp_grads;
+    pipe.tp = std::move(tp_grads);  // the pipeline step sums them (step_settings.tp stays null)
     pipeline->set_engines(pipe.engines);
     // The tied tensor's name: in the last stage's table, from the whole model's embeddings unit.
     const ParamTable whole(config.model);
