@@ -29,6 +29,7 @@
 #include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/linear_ops.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/query_chunks.h"
 #include "odyssey/model/recompute.h"
 #include "odyssey/model/row_chunks.h"
 
@@ -74,10 +75,10 @@ struct Gpt2BlockScratch {
   FloatBuffer dfch, dfch_gelu;  // [c, 4C]
 
   void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
-                const TpSplit& tp = {}, bool query_chunks = false);
+                const TpSplit& tp = {}, const QueryChunks& query_chunks = {});
   size_t bytes() const;
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
-                          int chunk = 0, const TpSplit& tp = {}, bool query_chunks = false);
+                          int chunk = 0, const TpSplit& tp = {}, const QueryChunks& query_chunks = {});
   float* head_grad() { return dkv.size() ? dkv.data() : datty.data(); }
 };
 
@@ -90,11 +91,12 @@ struct Gpt2LayerTensors {
 Gpt2LayerTensors resolve_layer(const LayerParams& layer, const std::function<float*(const ParamInfo&)>& at);
 
 // The sizes a block call runs at; chunk: rows per token-local chunk (0: all N at once); query_chunks:
-// the attention runs per chunk against the K/V prefix (the activations and scratch sized for it).
+// whether the attention runs per chunk against the K/V prefix, and how the prefix is held
+// (model/query_chunks.h; the activations and scratch sized for it).
 struct BlockShape {
   int B, T, C, H;
   int chunk = 0;
-  bool query_chunks = false;
+  QueryChunks query_chunks = {};
   int N() const { return B * T; }
   int D() const { return C / H; }
 };

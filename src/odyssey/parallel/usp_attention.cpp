@@ -29,8 +29,9 @@ void SequenceParallelAttention::backward(float* dqkv, const float* dout, const f
   op_->backward(dqkv, dout, out, lse, qkv, B, T, H, D, saved);
 }
 
-SequenceShard SequenceParallelAttention::shard() const {
-  return {ulysses_comm_.size(), ring_comm_.size(), ulysses_comm_.rank(), ring_comm_.rank(), options_.layout};
+SequenceShard SequenceParallelAttention::shard(int chunk) const {
+  return {ulysses_comm_.size(), ring_comm_.size(), ulysses_comm_.rank(),
+          ring_comm_.rank(),    options_.layout,   chunks_queries() ? chunk : 0};
 }
 
 }  // namespace odyssey

@@ -208,7 +208,10 @@ struct Run {
       so.n_kv_head = c.model.kv_heads() % tp.size() == 0 ? c.model.kv_heads() / tp.size() : 1;
       sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
       for (auto& model : models) model->set_attention(sp_attention.get());
-      shard = sp_attention->shard();
+      // Query-chunked Ulysses deals the ranks' tokens by chunk; TP-SP runs the attention whole
+      // (model/query_chunks.h).
+      const bool tp_sp = tp.size() > 1 && c.parallel.tp_sp;
+      shard = sp_attention->shard(tp_sp ? 0 : c.memory.chunk_tokens);
     }
     if (P > 1) build_pipeline();
   }
