@@ -2,9 +2,9 @@
 # contiguous), 2x2 hybrid, and dp=2 x sp=2 with ZeRO-3, give the single-process losses within
 # relative 1e-5 (every step, and the final validation loss). With memory.chunk_tokens (12: each
 # rank's 64 / U tokens end in a short chunk), query-chunked Ulysses (2 and 4, GPT-2 and Llama with 2
-# key/value heads, checkpoint none and full, dp=2 x sp=2 with ZeRO-3) gives the single-process losses
-# with the same chunks within relative 1e-6, and ring (its token-local ops chunked) within 1e-5. Bad SP
-# layouts are refused.
+# key/value heads, checkpoint none and full, dp=2 x sp=2 with ZeRO-3, tp=2 without TP-SP x sp=2, pp=2 x
+# sp=2) gives the single-process losses with the same chunks within relative 1e-6, and ring (its
+# token-local ops chunked) within 1e-5. Bad SP layouts are refused.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make_shards "$WORK/data"
@@ -83,6 +83,11 @@ done
 run dp2_sp2_zero3.chunks 4 --set parallel.dp=2 --set parallel.sp_ulysses=2 --set parallel.zero_stage=3 \
   "${chunks[@]}" --set memory.checkpoint=full
 compare dp2_sp2_zero3.chunks ref.full 1e-6
+run tp2_ulysses2.chunks 4 --set parallel.tp=2 --set parallel.tp_sp=false --set parallel.sp_ulysses=2 \
+  "${chunks[@]}" --set memory.checkpoint=full
+compare tp2_ulysses2.chunks ref.full 1e-6
+run pp2_ulysses2.chunks 4 --set parallel.pp=2 --set parallel.sp_ulysses=2 "${chunks[@]}" --set memory.checkpoint=full
+compare pp2_ulysses2.chunks ref.full 1e-6
 run ring4.chunks 4 --set parallel.sp_ring=4 "${chunks[@]}" --set memory.checkpoint=full
 compare ring4.chunks ref.full
 
