@@ -99,8 +99,8 @@ TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
     SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring(), so);
     const std::vector<int> pos = shard_positions(T, op.shard(kChunk));
     std::vector<Result> policies;
-    for (CheckpointPolicy policy :
-         {CheckpointPolicy::none, CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+    for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                    CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
       const MemoryOptions memory{policy, 0, kChunk};
       const std::string what =
           fmt::format("{}, Ulysses {}, checkpoint {}", arch, P, enum_name(kCheckpointPolicyNames, policy));
