@@ -3,10 +3,12 @@
 // group (np 2, 4), tokens dealt by chunk (shard_positions with the chunk), against one process with
 // the same chunks: the token losses summed over the group equal its loss (relative 1e-6; measured:
 // bitwise) and the gradients summed over the group equal its gradients (per tensor |g - g_ref| /
-// |g_ref| <= 1e-6; measured <= 2.9e-7: the ranks' partial weight gradients and the prefix's dK, dV
-// sum in another order; the figures are printed). Each rank's chunks end short (T / P = 76 or 38 tokens in
-// chunks of 16). Policies none, keep_attention and full run the same arithmetic: bitwise equal to each other.
-// The memory check's estimate is what the run holds, and under full it is below the unchunked Ulysses run's.
+// |g_ref| <= 1e-6; measured <= 3.6e-7: the ranks' partial weight gradients and the prefix's dK, dV
+// sum in another order; the figures are printed). Each rank's chunks end short (T / P = 76 or 38
+// tokens in chunks of 16), or a chunk holds one sequence (T / P + 4: the micro-batch's 2 rows still
+// make 2 chunks). Policies none, cheap, keep_attention and full run the same arithmetic: bitwise
+// equal to each other. The memory check's estimate is what the run holds, and under full it is below
+// the unchunked Ulysses run's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -97,51 +99,55 @@ TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
     SpAttentionOptions so;
     so.n_kv_head = c.kv_heads();
     SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring(), so);
-    const std::vector<int> pos = shard_positions(T, op.shard(kChunk));
-    std::vector<Result> policies;
-    for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
-                                    CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
-      const MemoryOptions memory{policy, 0, kChunk};
-      const std::string what =
-          fmt::format("{}, Ulysses {}, checkpoint {}", arch, P, enum_name(kCheckpointPolicyNames, policy));
-      const Result want = run(c, memory, nullptr, all_positions());
-      Result got = run(c, memory, &op, pos);
-      EXPECT_EQ(got.held, got.estimate) << what;
-      // Losses and the replicated weights' gradients: sums over the group.
-      // (each rank's loss as the 8 bytes of its double, summed in double on every rank)
-      std::vector<double> parts(static_cast<size_t>(P));
-      sp.all_gather(&got.loss, parts.data(), sizeof(double), DType::u8);
-      double total = 0;
-      for (double p : parts) total += p;
-      EXPECT_NEAR(total, want.loss, 1e-6 * std::abs(want.loss)) << what;
-      sp.all_reduce(got.grads.data(), got.grads.size(), DType::f32);
-      auto stage = architecture(arch).make_stage(c, StageRange{}, false, {});
-      double worst = 0;
-      for (const ParamInfo& t : stage->table().tensors()) {
-        double e2 = 0, s2 = 0;
-        for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
-          const double g = want.grads[size_t(i)], d = double(got.grads[size_t(i)]) - g;
-          e2 += d * d, s2 += g * g;
+    // kChunk: chunks ending short; T / P + 4: one chunk per sequence (the B rows make more than one).
+    for (int chunk : {kChunk, T / P + 4}) {
+      const std::vector<int> pos = shard_positions(T, op.shard(chunk));
+      std::vector<Result> policies;
+      for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                      CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
+        const MemoryOptions memory{policy, 0, chunk};
+        const std::string what = fmt::format("{}, Ulysses {}, chunk {}, {}", arch, P, chunk,
+                                             enum_name(kCheckpointPolicyNames, policy));
+        const Result want = run(c, memory, nullptr, all_positions());
+        Result got = run(c, memory, &op, pos);
+        EXPECT_EQ(got.held, got.estimate) << what;
+        // Losses and the replicated weights' gradients: sums over the group.
+        // (each rank's loss as the 8 bytes of its double, summed in double on every rank)
+        std::vector<double> parts(static_cast<size_t>(P));
+        sp.all_gather(&got.loss, parts.data(), sizeof(double), DType::u8);
+        double total = 0;
+        for (double p : parts) total += p;
+        EXPECT_NEAR(total, want.loss, 1e-6 * std::abs(want.loss)) << what;
+        sp.all_reduce(got.grads.data(), got.grads.size(), DType::f32);
+        auto stage = architecture(arch).make_stage(c, StageRange{}, false, {});
+        double worst = 0;
+        for (const ParamInfo& t : stage->table().tensors()) {
+          double e2 = 0, s2 = 0;
+          for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
+            const double g = want.grads[size_t(i)], d = double(got.grads[size_t(i)]) - g;
+            e2 += d * d, s2 += g * g;
+          }
+          const double rel = std::sqrt(e2 / std::max(s2, 1e-60));
+          EXPECT_LE(rel, 1e-6) << what << ", " << t.name;
+          worst = std::max(worst, rel);
         }
-        const double rel = std::sqrt(e2 / std::max(s2, 1e-60));
-        EXPECT_LE(rel, 1e-6) << what << ", " << t.name;
-        worst = std::max(worst, rel);
+        if (world().rank() == 0)
+          std::printf("  %-44s loss rel diff %.1e, grads worst |dg|/|g| %.1e, bitwise %s\n", what.c_str(),
+                      std::abs(total / want.loss - 1), worst, got.grads == want.grads ? "yes" : "no");
+        if (!policies.empty()) {  // the same arithmetic as none
+          EXPECT_EQ(got.loss, policies.front().loss) << what;
+          EXPECT_EQ(got.grads, policies.front().grads) << what;
+        }
+        policies.push_back(std::move(got));
       }
-      if (world().rank() == 0)
-        std::printf("  %-36s loss rel diff %.1e, grads worst |dg|/|g| %.1e, bitwise %s\n", what.c_str(),
-                    std::abs(total / want.loss - 1), worst, got.grads == want.grads ? "yes" : "no");
-      if (!policies.empty()) {  // the same arithmetic as none
-        EXPECT_EQ(got.loss, policies.front().loss) << what;
-        EXPECT_EQ(got.grads, policies.front().grads) << what;
-      }
-      policies.push_back(std::move(got));
+      // Under full the sequence-wide attention tensors are gone: the unchunked Ulysses run holds more
+      // (the layer's whole qkv and attention output, the op's head-sharded copies and scratch).
+      auto whole = architecture(c.arch).make_stage(c, StageRange{}, false, {});
+      whole->set_memory({CheckpointPolicy::full, 0, 0});
+      whole->set_attention(&op);
+      EXPECT_LT(policies.back().estimate, whole->activation_bytes_for(B, T / P))
+          << arch << ", chunk " << chunk;
     }
-    // Under full the sequence-wide attention tensors are gone: the unchunked Ulysses run holds more
-    // (the layer's whole qkv and attention output, the op's head-sharded copies and scratch).
-    auto whole = architecture(c.arch).make_stage(c, StageRange{}, false, {});
-    whole->set_memory({CheckpointPolicy::full, 0, 0});
-    whole->set_attention(&op);
-    EXPECT_LT(policies.back().estimate, whole->activation_bytes_for(B, T / P)) << arch;
   }
 }
 
