@@ -8,7 +8,7 @@
 // tokens in chunks of 16), or a chunk holds one sequence (T / P + 4: the micro-batch's 2 rows still
 // make 2 chunks). Policies none, cheap, keep_attention and full run the same arithmetic: bitwise
 // equal to each other. The memory check's estimate is what the run holds, and under full it is below
-// the unchunked Ulysses run's.
+// the unchunked Ulysses run's. Query chunks other than those the tokens were dealt by are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 
 #include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
+#include "odyssey/core/error.h"
 #include "odyssey/model/architecture.h"
 #include "odyssey/parallel/usp_attention.h"
 #include "sp_test_util.h"
@@ -96,12 +97,13 @@ TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
   Communicator& sp = grid.sp();
   for (const std::string arch : {"gpt2", "llama"}) {
     const ModelConfig c = tiny(arch);
-    SpAttentionOptions so;
-    so.n_kv_head = c.kv_heads();
-    SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring(), so);
     // kChunk: chunks ending short; T / P + 4: one chunk per sequence (the B rows make more than one).
     for (int chunk : {kChunk, T / P + 4}) {
-      const std::vector<int> pos = shard_positions(T, op.shard(chunk));
+      SpAttentionOptions so;
+      so.n_kv_head = c.kv_heads();
+      so.chunk_tokens = chunk;
+      SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring(), so);
+      const std::vector<int> pos = shard_positions(T, op.shard());
       std::vector<Result> policies;
       for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
                                       CheckpointPolicy::keep_attention, CheckpointPolicy::full}) {
@@ -148,6 +150,12 @@ TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
       EXPECT_LT(policies.back().estimate, whole->activation_bytes_for(B, T / P))
           << arch << ", chunk " << chunk;
     }
+    // Query chunks the tokens were not dealt by are refused (before any message, every rank alike).
+    SpAttentionOptions contiguous;
+    contiguous.n_kv_head = c.kv_heads();
+    SequenceParallelAttention op(grid.sp_ulysses(), grid.sp_ring(), contiguous);
+    EXPECT_THROW(run(c, {CheckpointPolicy::full, 0, kChunk}, &op, shard_positions(T, op.shard())), Error)
+        << arch;
   }
 }
 

@@ -65,9 +65,10 @@ UlyssesHeads::UlyssesHeads(int H_, int Hkv_, int U_) : H(H_), Hkv(Hkv_), U(U_) {
       U, Hkv, U, U);
 }
 
-UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAttention* inner)
-    : comm_(ulysses), n_kv_head_(n_kv_head), inner_(inner) {
+UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAttention* inner, int deal_chunk)
+    : comm_(ulysses), n_kv_head_(n_kv_head), inner_(inner), deal_chunk_(deal_chunk) {
   ODY_CHECK(n_kv_head >= 0, "Ulysses attention: n_kv_head {} is negative", n_kv_head);
+  ODY_CHECK(deal_chunk >= 0, "Ulysses attention: deal_chunk {} is negative", deal_chunk);
 }
 
 size_t UlyssesAttention::bytes() const {
@@ -221,8 +222,19 @@ size_t UlyssesAttention::chunk_bytes_for(int rows, int H, int D) const {
   return (2 * m * std::max(3 * Hl, Hl + 2 * Hkvl) + m * Hl) * sizeof(float);
 }
 
+// The local chunk k of every rank (m rows) is the segment [U k c, U (k c + m)) only when the tokens
+// were dealt by the layer's chunks c (an effective chunk of T or more: the contiguous split).
+void UlyssesAttention::check_dealt(int r, int n, int T) const {
+  const int c = deal_chunk_ > 0 && deal_chunk_ < T ? deal_chunk_ : T, t0 = r % T;
+  ODY_CHECK(t0 % c == 0 && n == std::min(c, T - t0),
+            "Ulysses query chunk of rows [{}, {}) of sequences of {} tokens, but the tokens were dealt by "
+            "chunks of {} (memory.chunk_tokens and the sequence shard disagree)",
+            r, r + n, T, deal_chunk_);
+}
+
 // The segment's k and v go to their heads' ranks and into the prefix rows of its tokens.
 void UlyssesAttention::store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) {
+  check_dealt(r, n, T);
   const int U = comm_.size();
   const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
   const FusedQkv in{H, heads.Hkv, D};
@@ -253,6 +265,7 @@ void UlyssesAttention::store_kv(MutKvRows kv, const float* qkv, int r, int n, in
 
 void UlyssesAttention::forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T,
                                      int H, int D) {
+  check_dealt(r, n, T);
   const int U = comm_.size();
   const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
   const FusedQkv in{H, heads.Hkv, D};
@@ -288,6 +301,7 @@ void UlyssesAttention::forward_chunk(float* out, float* lse, const float* qkv, K
 void UlyssesAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out,
                                       const float* lse, const float* qkv, KvRows kv, int r, int n, int T,
                                       int H, int D) {
+  check_dealt(r, n, T);
   const int U = comm_.size();
   const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
   const FusedQkv in{H, heads.Hkv, D}, loc{heads.local_heads(), heads.local_kv_heads(), D};

@@ -62,8 +62,11 @@ struct UlyssesHeads {
 class UlyssesAttention : public AttentionOp {
  public:
   // n_kv_head: key/value heads of the fused qkv (0: as many as query heads). inner (not owned):
-  // ring attention over the head-sharded tensors (the hybrid), or null.
-  UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr);
+  // ring attention over the head-sharded tensors (the hybrid), or null. deal_chunk: the tokens per
+  // chunk the ranks' tokens are dealt by (sequence_shard.h; 0: contiguous): query chunks must be its
+  // chunks (checked: other chunks would attend the wrong tokens).
+  UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr,
+                   int deal_chunk = 0);
 
   void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                AttentionSavedPtr& saved) override;
@@ -90,9 +93,13 @@ class UlyssesAttention : public AttentionOp {
     size_t bytes() const override { return qkv.bytes() + out.bytes(); }
   };
 
+  // Fails unless rows [r, r + n) of sequences of T are one of the chunks the tokens were dealt by.
+  void check_dealt(int r, int n, int T) const;
+
   Communicator& comm_;
   int n_kv_head_;
   RingAttention* inner_;
+  int deal_chunk_;
   FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
 };
 

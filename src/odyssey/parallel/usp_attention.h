@@ -31,6 +31,10 @@ struct SpAttentionOptions {
   int n_kv_head = 0;  // 0: as many as query heads (GPT-2)
   bool overlap = true;
   int progress_rows = 256;
+  // Ulysses without a ring: the tokens per chunk dealt to each rank (sequence_shard.h; 0: contiguous
+  // pieces), which must be the layers' query chunks (memory.chunk_tokens; 0 under TP-SP, whose
+  // attention runs whole). The op refuses query chunks of any other geometry.
+  int chunk_tokens = 0;
 };
 
 class SequenceParallelAttention : public AttentionOp {
@@ -66,10 +70,9 @@ class SequenceParallelAttention : public AttentionOp {
   }
   size_t chunk_bytes_for(int rows, int H, int D) const override { return op_->chunk_bytes_for(rows, H, D); }
 
-  // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()). With
-  // query chunks of `chunk` rows (memory.chunk_tokens; 0: none) the Ulysses ranks' tokens are dealt
-  // by chunk.
-  SequenceShard shard(int chunk = 0) const;
+  // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()) (under
+  // query-chunked Ulysses dealt by options.chunk_tokens).
+  SequenceShard shard() const;
   RingAttention* ring() { return ring_.get(); }           // null without a ring
   UlyssesAttention* ulysses() { return ulysses_.get(); }  // null without Ulysses
 
