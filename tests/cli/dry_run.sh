@@ -25,6 +25,18 @@ act=$(field activation_bytes_per_rank <<<"$out")
 ((act > one / 2 && act < one)) || fail "sp dry run: activations $act not between half and all of $one"
 [ -e "$WORK/run" ] && fail "sp dry run wrote $WORK/run"
 
+# Ulysses with query chunks (memory.chunk_tokens below the rank's 128 tokens) under full: no
+# sequence-wide attention tensors, so less than the same layout with the attention whole.
+ufull=(--set parallel.sp_ulysses=2 --set memory.checkpoint=full)
+out=$(mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" "${ufull[@]}" \
+  --set memory.chunk_tokens=0 --dry-run 2>/dev/null) || fail "sp full dry run exit code"
+whole=$(field activation_bytes_per_rank <<<"$out")
+out=$(mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" "${ufull[@]}" \
+  --set memory.chunk_tokens=32 --dry-run 2>/dev/null) || fail "sp query-chunked dry run exit code"
+chunked=$(field activation_bytes_per_rank <<<"$out")
+((chunked < whole)) && echo "ok: query-chunked Ulysses accounts $chunked bytes per rank, $whole with the attention whole" ||
+  fail "sp dry run: query-chunked $chunked not below whole $whole"
+
 # Budgets that hold the model state (checked first, at construction) but not the activations.
 expect_error "dry run over the budget" "train.seq_len 256 x train.micro_batch 1 does not fit on this host: 1 rank\(s\)" \
   "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --dry-run --set train.host_memory_gb=0.0015 \

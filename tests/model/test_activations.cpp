@@ -3,6 +3,7 @@
 // the attention whole or per query chunk, with the layer inputs in RAM or on disk (and then the scratch
 // file's size), for a tensor-parallel rank's piece, GPT-2 and Llama.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,7 +38,8 @@ TEST(Activations, BytesForMatchesAllocate) {
           for (CheckpointPolicy policy : {CheckpointPolicy::none, CheckpointPolicy::cheap,
                                           CheckpointPolicy::keep_attention, CheckpointPolicy::full})
             for (MemoryTier tier : {MemoryTier::ram, MemoryTier::disk})
-              for (bool qc : {false, true})  // the attention per query chunk (the local op) or whole
+              for (int qc : {0, 1, 2})  // the attention whole, per query chunk (the local op's K/V prefix,
+                                        // or one held beside the qkv, U = 2 rows per token as Ulysses')
                 for (TpSplit split : {TpSplit{1, false}, TpSplit{2, false}, TpSplit{2, true}}) {
                   if (tier == MemoryTier::disk && !keeps_layer_inputs(policy)) continue;
                   // A tensor-parallel rank's piece: its heads and widths, its TP-SP token slice, its
@@ -47,10 +49,20 @@ TEST(Activations, BytesForMatchesAllocate) {
                   // The pairings that change the sizes (and keep the test's time small): query chunks
                   // only without TP-SP (under it the attention is whole), the disk tier only at tp 1 and
                   // under TP-SP, a tp piece only of the shapes below 4096 tokens.
-                  if (qc && split.sequence_parallel) continue;
+                  if (qc > 0 && split.sequence_parallel) continue;
+                  if (qc == 2 && t > 1) continue;
                   if (tier == MemoryTier::disk && t > 1 && !split.sequence_parallel) continue;
                   if (t > 1 && s.B * s.T >= 4096) continue;
                   const int64_t vocab_rows = (s.vocab + t - 1) / t;
+                  const int64_t rows = split.rows(int64_t(s.B) * s.T);
+                  const int H = s.n_head / t, D = s.d_model / s.n_head;
+                  // The query chunks of a layout whose kv heads are kv (per rank).
+                  auto chunks = [&](int kv) {
+                    if (qc == 0) return QueryChunks{};
+                    QueryChunks q = query_chunks(LocalAttention(kv), split, rows, chunk, H, D);
+                    if (qc == 2 && q.on) q.kv = {2 * int64_t(std::max(kv / 2, 1)) * D, 2, false};
+                    return q;
+                  };
                   const MemoryOptions memory{policy, head_chunk, chunk, tier, dir.path};
                   const std::string what = fmt::format(
                       "{} layers, {} heads, d {}, B {}, T {}, layers [{}, {}), head chunk {}, chunk {}, "
@@ -59,8 +71,9 @@ TEST(Activations, BytesForMatchesAllocate) {
                       head_chunk, chunk, enum_name(kCheckpointPolicyNames, policy),
                       enum_name(kMemoryTierNames, tier), qc, t, split.sequence_parallel ? " sp" : "");
                   Activations a;
-                  a.allocate(c, range, s.B, s.T, false, memory, split, vocab_rows, qc);
-                  EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, qc),
+                  const QueryChunks gq = chunks(H);
+                  a.allocate(c, range, s.B, s.T, false, memory, split, vocab_rows, gq);
+                  EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, gq),
                             a.bytes())
                       << what;
                   // The disk tier's file: as accounted (the layers but the last, each padded to 4 KiB).
@@ -73,9 +86,10 @@ TEST(Activations, BytesForMatchesAllocate) {
                   lc.d_ff = 3 * s.d_model;
                   if (lc.n_kv_head % t != 0 && t % lc.n_kv_head != 0) continue;
                   LlamaActivations l;
-                  l.allocate(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc);
+                  const QueryChunks lq = chunks(lc.n_kv_head % t == 0 ? lc.n_kv_head / t : 1);
+                  l.allocate(lc, range, s.B, s.T, false, memory, split, vocab_rows, lq);
                   EXPECT_EQ(
-                      LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, split, vocab_rows, qc),
+                      LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, split, vocab_rows, lq),
                       l.bytes())
                       << "llama, " << what;
                   EXPECT_EQ(l.kept.disk ? l.kept.disk->file_bytes() : 0, disk) << "llama, " << what;

@@ -79,6 +79,7 @@ TEST(LocalAttention, QueryChunksAgainstTheKvPrefixEqualTheWholeCall) {
     for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = std::sin(0.37f * float(i)) * 0.8f;
     for (size_t i = 0; i < dout.size(); ++i) dout[i] = std::cos(0.11f * float(i));
     LocalAttention op(Hkv);
+    const KvPrefixLayout layout = op.kv_prefix(H, D);
     std::vector<float> out(size_t(N) * HD), lse(size_t(N) * H), dqkv(qkv.size(), 0.0f);
     AttentionSavedPtr saved;
     op.forward(out.data(), lse.data(), qkv.data(), B, T, H, D, saved);
@@ -96,13 +97,13 @@ TEST(LocalAttention, QueryChunksAgainstTheKvPrefixEqualTheWholeCall) {
           float* dst = row_at(layer_qkv, rc.begin(j), N, W);
           std::copy(qkv.begin() + long(rc.begin(j) * W), qkv.begin() + long((rc.begin(j) + rc.size(j)) * W),
                     dst);
-          store_kv(kv, dst, rc.begin(j), rc.size(j), f);
+          store_kv(kv, dst, rc.begin(j), rc.size(j), op, layout, T, H, D);
           return dst;
         };
         for (int j = 0; j < rc.count(); ++j) {
           const float* q = load(j);
           op.forward_chunk(c_out.data() + size_t(rc.begin(j)) * HD, c_lse.data() + size_t(rc.begin(j)) * H, q,
-                           kv_rows(layer_qkv, kv, N, f), rc.begin(j), rc.size(j), T, H, D);
+                           kv_rows(layer_qkv, kv, N, f, layout), rc.begin(j), rc.size(j), T, H, D);
         }
         EXPECT_EQ(c_out, out) << what;
         // lse: each piece of a chunk within one sequence is [H, m] at H times its first row.
@@ -123,10 +124,9 @@ TEST(LocalAttention, QueryChunksAgainstTheKvPrefixEqualTheWholeCall) {
           const int r = rc.begin(j), n = rc.size(j);
           const float* q = load(j);
           dq_chunk.zero();
-          op.backward_chunk(dq_chunk.data(), dkv_rows(dkv, f), dout.data() + size_t(r) * HD,
+          op.backward_chunk(dq_chunk.data(), layout.view(dkv.data()), dout.data() + size_t(r) * HD,
                             c_out.data() + size_t(r) * HD, c_lse.data() + size_t(r) * H, q,
-                            kv_rows(layer_qkv, kv, N, f), r, n, T, H, D);
-          take_dkv(dq_chunk.data(), dkv, r, n, f);
+                            kv_rows(layer_qkv, kv, N, f, layout), r, n, T, H, D);
           std::copy(dq_chunk.data(), dq_chunk.data() + size_t(n) * W, c_dqkv.begin() + long(size_t(r) * W));
         }
         for (size_t row = 0; row < size_t(N); ++row)

@@ -109,9 +109,11 @@ TEST(Checkpointing, ChunkedLayersAreBitwiseAcrossPoliciesAndCloseToUnchunked) {
       EXPECT_EQ(full.losses, none.losses) << what;
       EXPECT_EQ(full.grads, none.grads) << what;
       // Attention calls: one per chunk (one chunk: the whole-sequence call) per layer per micro-batch
-      // (74 and 87 rows). keep_attention never reruns attention; full reruns every layer but the last
-      // of each micro-batch, and of the last the chunks but its last (the one its buffers still hold).
-      const int u1 = (74 + chunk - 1) / chunk, u2 = (87 + chunk - 1) / chunk;
+      // (2 x 37 and 3 x 29 rows; query chunks stay within a sequence). keep_attention never reruns
+      // attention; full reruns every layer but the last of each micro-batch, and of the last the
+      // chunks but its last (the one its buffers still hold).
+      auto chunks = [&](int B, int T) { return chunk < B * T ? B * ((T + chunk - 1) / chunk) : 1; };
+      const int u1 = chunks(2, 37), u2 = chunks(3, 29);
       EXPECT_EQ(none.attention_forwards, 3 * (u1 + u2)) << what;
       EXPECT_EQ(keep.attention_forwards, 3 * (u1 + u2)) << what;
       EXPECT_EQ(full.attention_forwards, 3 * (u1 + u2) + 3 * u1 - 1 + 3 * u2 - 1) << what;

@@ -1,6 +1,6 @@
 // Sequence slicing: every layout's shards partition the row, zigzag gives ring rank r chunks r and
-// 2R-1-r, Ulysses pieces concatenate to their ring rank's tokens, and impossible lengths are errors
-// that state the rule.
+// 2R-1-r, Ulysses pieces concatenate to their ring rank's tokens (dealt by chunk: each chunk's pieces
+// concatenate to a contiguous segment), and impossible lengths are errors that state the rule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,6 +37,30 @@ TEST(SequenceShard, UlyssesSplitsTheRingRanksTokensContiguously) {
   EXPECT_EQ(shard_positions(12, {3, 2, 1, 0, RingLayout::zigzag}), (std::vector<int>{2, 9}));
   // Without a ring both layouts are the contiguous split.
   EXPECT_EQ(shard_positions(12, {4, 1, 2, 0, RingLayout::zigzag}), range(6, 9));
+}
+
+TEST(SequenceShard, UlyssesDealtByChunkRebuildsContiguousSegments) {
+  // U = 3, T = 30: Tl = 10 in chunks of 4, 4, 2; chunk k of every rank is segment [12 k, 12 k + 3 m).
+  EXPECT_EQ(shard_positions(30, {3, 1, 0, 0, RingLayout::zigzag, 4}),
+            cat(cat(range(0, 4), range(12, 16)), range(24, 26)));
+  EXPECT_EQ(shard_positions(30, {3, 1, 2, 0, RingLayout::zigzag, 4}),
+            cat(cat(range(8, 12), range(20, 24)), range(28, 30)));
+  // A chunk of Tl or more (or 0): the contiguous split.
+  EXPECT_EQ(shard_positions(30, {3, 1, 1, 0, RingLayout::zigzag, 10}), range(10, 20));
+  EXPECT_EQ(shard_positions(30, {3, 1, 1, 0, RingLayout::zigzag, 64}), range(10, 20));
+  for (int U : {2, 3, 4})
+    for (int chunk : {1, 3, 4, 7}) {
+      const int T = U * 13, Tl = 13;
+      std::vector<int> all;
+      for (int k = 0; k * chunk < Tl; ++k) {  // local chunk k of every rank, in rank order
+        const int m = std::min(chunk, Tl - k * chunk);
+        for (int u = 0; u < U; ++u) {
+          const std::vector<int> mine = shard_positions(T, {U, 1, u, 0, RingLayout::zigzag, chunk});
+          all.insert(all.end(), mine.begin() + k * chunk, mine.begin() + k * chunk + m);
+        }
+      }
+      EXPECT_EQ(all, range(0, T)) << "U " << U << ", chunk " << chunk;
+    }
 }
 
 TEST(SequenceShard, EveryLayoutPartitionsTheRow) {

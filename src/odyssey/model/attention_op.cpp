@@ -10,6 +10,15 @@
 
 namespace odyssey {
 
+KvPrefixLayout AttentionOp::kv_prefix(int, int) const {
+  ODY_CHECK(false, "this attention op does not run query chunks");
+  return {};
+}
+
+void AttentionOp::store_kv(MutKvRows, const float*, int, int, int, int, int) {
+  ODY_CHECK(false, "this attention op does not run query chunks");
+}
+
 void AttentionOp::forward_chunk(float*, float*, const float*, KvRows, int, int, int, int, int) {
   ODY_CHECK(false, "this attention op does not run query chunks");
 }
@@ -52,6 +61,21 @@ void LocalAttention::backward(float* dqkv, const float* dout, const float* out, 
                      {B, T, T, H, f.Hkv, D}, {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
 }
 
+KvPrefixLayout LocalAttention::kv_prefix(int H, int D) const {
+  return {2 * int64_t(n_kv_head_ ? n_kv_head_ : H) * D, 1, true};
+}
+
+// Rows [r, r + n) of the prefix are the chunk's own k and v.
+void LocalAttention::store_kv(MutKvRows kv, const float* qkv, int r, int n, int /*T*/, int H, int D) {
+  const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
+  const int64_t w = int64_t(f.Hkv) * D;
+  for (int i = 0; i < n; ++i) {
+    const float* row = qkv + i * f.width();
+    std::copy(row + f.k_offset(), row + f.k_offset() + w, kv.k + (int64_t(r) + i) * kv.row_stride);
+    std::copy(row + f.v_offset(), row + f.v_offset() + w, kv.v + (int64_t(r) + i) * kv.row_stride);
+  }
+}
+
 // Each piece: its m queries at positions [t0, t0 + m) against keys [0, t0 + m) of its sequence, as one
 // sequence (B = 1) of the kernel.
 void LocalAttention::forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T,
@@ -78,6 +102,14 @@ void LocalAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* dou
                        {qkv + i * f.width(), 0, f.width()}, {kv.k + k0, 0, s}, {kv.v + k0, 0, s},
                        {1, m, t0 + m, H, f.Hkv, D}, {MaskKind::causal, t0, 0}, 1.0f / std::sqrt(float(D)));
   });
+  // The chunk's rows of dK and dV are complete.
+  const int64_t w = int64_t(f.Hkv) * D;
+  for (int i = 0; i < n; ++i) {
+    float* row = dqkv + i * f.width();
+    const float* dk = dkv.k + (int64_t(r) + i) * ds;
+    const float* dv = dkv.v + (int64_t(r) + i) * ds;
+    for (int64_t e = 0; e < w; ++e) row[f.k_offset() + e] += dk[e], row[f.v_offset() + e] += dv[e];
+  }
 }
 
 }  // namespace odyssey

@@ -26,6 +26,19 @@ struct MutKvRows {
   int64_t row_stride;
 };
 
+// How a query-chunked layer holds its K/V prefix (and, in backward, dK and dV) for an op: rows of
+// `stride` floats, K in the first half, V in the second, `per_row` prefix rows per token row of this
+// rank (the local op: 1, rows in the layer's own order; Ulysses: U rows of the head-sharded sequence).
+// in_qkv: a layer that keeps its whole fused qkv serves the prefix from it (no buffer beside it).
+struct KvPrefixLayout {
+  int64_t stride = 0;
+  int per_row = 1;
+  bool in_qkv = true;
+  int64_t width() const { return stride * per_row; }  // floats per token row of this rank
+  MutKvRows view(float* b) const { return {b, b + stride / 2, stride}; }
+  bool operator==(const KvPrefixLayout&) const = default;
+};
+
 class AttentionSaved {
  public:
   virtual ~AttentionSaved() = default;
@@ -55,21 +68,32 @@ class AttentionOp {
   // shape (the memory check, before allocating).
   virtual size_t bytes_for(int /*B*/, int /*T*/, int /*H*/, int /*D*/, int /*n_layer*/) const { return 0; }
 
-  // Query-chunked attention (long-context-memory.md §4.3), for an op whose chunks_queries(): the token
-  // rows [r, r + n) of the B T rows (a chunk may span sequences) attend causally to the keys of their
-  // own sequence up to themselves, read from kv (every row). qkv: the chunk's fused rows [n, width]
-  // (forward reads its q columns); out [n, H D]; lse: for each piece of the chunk within one sequence,
-  // [H, m] at H times the piece's first row in the chunk (a whole sequence: the [B, H, T] layout).
-  // The kernel is chunk-invariant: out and lse are bitwise those of forward().
+  // Query-chunked attention (long-context-memory.md §4.3, §4.8), for an op whose chunks_queries(): the
+  // token rows [r, r + n) of the B T rows (the local op: a chunk may span sequences) attend causally to
+  // the keys of their own sequence up to themselves, read from the K/V prefix kv (every row, in the
+  // op's kv_prefix() layout). qkv: the chunk's fused rows [n, width] (forward reads its q columns);
+  // out [n, H D]; lse: for each piece of the chunk within one sequence, H m floats at H times the
+  // piece's first row in the chunk, in the op's layout (only its backward reads them; the local op:
+  // [H, m], a whole sequence the [B, H, T] layout). The kernel is chunk-invariant: the local op's out
+  // and lse are bitwise those of forward().
   virtual bool chunks_queries() const { return false; }
+  // The K/V prefix of a call with H query heads of dimension D.
+  virtual KvPrefixLayout kv_prefix(int H, int D) const;
+  // Writes the k and v of the chunk's fused rows qkv [n, width] into the prefix kv (when the layer
+  // holds it beside a chunk's qkv; before the chunk's forward_chunk, and in the backward's pre-pass).
+  virtual void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D);
   virtual void forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
                              int D);
   // Accumulates dq into the q columns of the chunk's fused rows dqkv [n, width] and dk, dv into the
-  // rows of the prefix it reads (dkv: every row, like kv). Over all chunks dq is bitwise backward()'s;
-  // dk and dv sum in another order (rounding-level differences).
+  // rows of the prefix it reads (dkv: every row, like kv), then adds the chunk's own dk and dv into
+  // its k and v columns: chunks run last first, so they are complete. Over all chunks the local op's
+  // dq is bitwise backward()'s; dk and dv sum in another order (rounding-level differences).
   virtual void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out,
                               const float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
                               int D);
+  // What forward_chunk and backward_chunk hold in scratch for chunks of `rows` rows (the memory
+  // check; per-layer tensors are the layer's, counted with its activations).
+  virtual size_t chunk_bytes_for(int /*rows*/, int /*H*/, int /*D*/) const { return 0; }
 };
 
 // Single-process causal attention: the shared blockwise kernel over the whole sequence, or over query
@@ -82,6 +106,8 @@ class LocalAttention : public AttentionOp {
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                 int T, int H, int D, const AttentionSaved* saved) override;
   bool chunks_queries() const override { return true; }
+  KvPrefixLayout kv_prefix(int H, int D) const override;
+  void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) override;
   void forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
                      int D) override;
   void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out, const float* lse,

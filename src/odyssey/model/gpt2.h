@@ -42,7 +42,7 @@ struct Gpt2Activations : StageActivations {
   StageRange range;                      // the layers held (resolved)
   TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
-  bool query_chunks = false;             // the attention runs per query chunk (gpt2_block.h)
+  QueryChunks query_chunks;              // whether the attention runs per query chunk (gpt2_block.h)
   IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer encoded;                   // [R, C] (R = split.rows(N): all N or this rank's TP-SP slice)
   KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
@@ -59,13 +59,14 @@ struct Gpt2Activations : StageActivations {
   // split: the layers' tensor-parallel split (rows of the logits block: vocab_rows).
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
                 const MemoryOptions& memory = {}, const TpSplit& split = {}, int64_t vocab_rows = 0,
-                bool query_chunks = false);
+                const QueryChunks& query_chunks = {});
   size_t bytes() const override;
   // What allocate(config, range, B, T, shared_qkv, memory, split, vocab_rows, query_chunks) would hold,
   // without allocating.
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T,
                           bool shared_qkv = false, const MemoryOptions& memory = {},
-                          const TpSplit& split = {}, int64_t vocab_rows = 0, bool query_chunks = false);
+                          const TpSplit& split = {}, int64_t vocab_rows = 0,
+                          const QueryChunks& query_chunks = {});
 
   const float* output() const override { return kept.output(kept.layers.size() - 1); }
   OffloadStats offload() const override { return kept.offload(); }
@@ -94,10 +95,10 @@ class GPT2 : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
-                                      vocab_->rows(config_.vocab_size), queries_chunked()) +
-           attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
-                                 layers_saving_attention());
+    const QueryChunks qc = query_chunking(B, T);
+    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv() && !qc.on, memory_,
+                                      split(), vocab_->rows(config_.vocab_size), qc) +
+           attention_bytes_for(B, T, qc);
   }
 
  private:

@@ -42,10 +42,10 @@ void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, 
   const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
   const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
                A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
+  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
   fit(ln1, R * C), fit(ln1_mean, S), fit(ln1_rstd, S);
   fit(qkv, keep_qkv ? Q * 3 * C / t : 0);
-  fit(kv, keep_qkv ? K * 2 * C / t : 0);
+  fit(kv, keep_qkv ? N * K : 0);
   fit(atty, A * C / t), fit(lse, A * c.n_head / t);
   fit(residual2, S * C);
   fit(ln2, R * C), fit(ln2_mean, S), fit(ln2_rstd, S);
@@ -69,12 +69,12 @@ size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qk
   const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
   const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
                A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
-  // Attention: qkv [Q, 3C/t] (and kv [K, 2C/t]), atty [A, C/t], lse [A H/t]; output
+  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
+  // Attention: qkv [Q, 3C/t] (and kv [N, K]), atty [A, C/t], lse [A H/t]; output
   // residual3 [Rn, C]. Stored (S rows): residual2 [S, C], four [S] statistics, fch [S G, 4C/t]. Cheap (R
   // rows): ln1, ln2 [R, C], fch_gelu [R G, 4C/t].
-  return ((keep_qkv ? Q * 3 * C / t + K * 2 * C / t : 0) + A * C / t + A * c.n_head / t +
-          (rows.output ? Rn * C : 0) + S * (C + 4 + G * 4 * C / t) + R * (2 * C + G * 4 * C / t)) *
+  return ((keep_qkv ? Q * 3 * C / t + N * K : 0) + A * C / t + A * c.n_head / t + (rows.output ? Rn * C : 0) +
+          S * (C + 4 + G * 4 * C / t) + R * (2 * C + G * 4 * C / t)) *
          sizeof(float);
 }
 
@@ -84,19 +84,19 @@ void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
   std::swap(fch_gelu, o.fch_gelu);
 }
 
-// With query chunks over more than one chunk, datty and dqkv hold one chunk (A = R rows) and dkv the
-// dK, dV of every row (at least C wide: it carries the head's gradient).
+// With query chunks, datty and dqkv hold one chunk (A = R rows) and dkv the dK, dV of every row in
+// the op's prefix layout (at least C wide: it carries the head's gradient).
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
-                                const TpSplit& tp, bool query_chunks) {
+                                const TpSplit& tp, const QueryChunks& q) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
-  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  const bool qc = query_chunks && R < Rn;
+  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
+  const bool qc = q.on;
   const size_t A = qc ? R : N;
   fit(qkv, shared_qkv ? N * 3 * C / t : 0);
   // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP)
   // unless it holds one chunk: then dkv carries it.
   fit(datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C))), fit(dqkv, b * A * 3 * C / t);
-  fit(dkv, qc ? b * N * std::max(2 * C / t, C) : 0);
+  fit(dkv, qc ? b * N * std::max(size_t(q.kv.width()), C) : 0);
   fit(dln, b * R * C), fit(dfch, b * R * G * 4 * C / t), fit(dfch_gelu, b * R * G * 4 * C / t);
 }
 
@@ -106,14 +106,14 @@ size_t Gpt2BlockScratch::bytes() const {
 }
 
 size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                   int chunk, const TpSplit& tp, bool query_chunks) {
+                                   int chunk, const TpSplit& tp, const QueryChunks& q) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t);
-  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  const bool qc = query_chunks && R < Rn;
+  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
+  const bool qc = q.on;
   const size_t A = qc ? R : N;
   return (N * C / t * (shared_qkv ? 3 : 0) +
           (backward ? (qc ? A * C / t : std::max(N * C / t, Rn * C)) + A * C / t * 3 +
-                          (qc ? N * std::max(2 * C / t, C) : 0) + R * C * (1 + G * 8 / t)
+                          (qc ? N * std::max(size_t(q.kv.width()), C) : 0) + R * C * (1 + G * 8 / t)
                     : 0)) *
          sizeof(float);
 }
@@ -137,7 +137,7 @@ struct Split {
         W1(s.C / t),
         W3(3 * s.C / t),
         W4(4 * s.C / t),
-        rc{int(lin.rows(s.N())), s.chunk} {}
+        rc{s.query_chunks.rows(int(lin.rows(s.N())), s.chunk, s.T)} {}
 };
 
 // Layer-norm 1 and the qkv projection of chunk j into its rows dst [n G, 3C/t].
@@ -236,11 +236,11 @@ void qkv_chunk_backward(float* dres, const float* dqkv, Gpt2LayerActs& a, const 
   });
 }
 
-// Query chunks against the K/V prefix: the shape asks for it and there is more than one chunk (one
-// chunk is the whole-sequence call).
+// Query chunks against the K/V prefix: the shape says so (model/query_chunks.h decides it).
 bool query_chunked(const BlockShape& s, const Split& p, const AttentionOp& attention) {
-  if (!s.query_chunks || p.rc.count() <= 1) return false;
-  ODY_CHECK(attention.chunks_queries() && p.G == 1, "block: query-chunked attention needs the local op");
+  if (!s.query_chunks.on) return false;
+  ODY_CHECK(attention.chunks_queries() && p.G == 1,
+            "block: query-chunked attention needs an op that chunks queries");
   return true;
 }
 
@@ -261,12 +261,12 @@ void chunked_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w
   ODY_CHECK(
       a.qkv.size() >= size_t(p.rc.chunk_rows()) * p.W3 && a.atty.size() >= size_t(p.rc.chunk_rows()) * p.W1,
       "block forward: no query-chunk activations for {} tokens", N);
-  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f, s.query_chunks.kv);
   for (int j = 0; j < p.rc.count(); ++j) {
     const int r = p.rc.begin(j), n = p.rc.size(j);
     float* qkv = row_at(a.qkv, r, N, p.W3);
     qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
-    store_kv(a.kv, qkv, r, n, f);
+    store_kv(a.kv, qkv, r, n, attention, s.query_chunks.kv, s.T, p.H, s.D());
     attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
     mlp_chunk_forward(a, a.residual3.data(), x, w, lin, p, j, s.C, o);
   }
@@ -280,18 +280,20 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
                       const Split& p, const BlockShape& s, OpObserver* o, const Recompute& re) {
   const int N = s.N(), last = p.rc.count() - 1;
   const FusedQkv f{p.H, p.H, s.D()};
-  ODY_CHECK(sc.dkv.size() >= size_t(N) * 2 * p.W1 && sc.dqkv.size() >= size_t(p.rc.chunk_rows()) * p.W3,
+  const KvPrefixLayout& layout = s.query_chunks.kv;
+  ODY_CHECK(sc.dkv.size() >= size_t(N) * size_t(layout.width()) &&
+                sc.dqkv.size() >= size_t(p.rc.chunk_rows()) * p.W3,
             "block backward: no query-chunk scratch for {} tokens", N);
   const bool q_local = !holds_rows(a.qkv, N, size_t(p.W3)), out_local = !holds_rows(a.atty, N, size_t(p.W1));
   if (re.qkv)  // the K/V prefix (and a whole qkv)
     for (int j = 0; j <= last; ++j) {
       float* qkv = row_at(a.qkv, p.rc.begin(j), N, p.W3);
       qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
-      store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), f);
+      store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, p.H, s.D());
     }
-  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * 2 * p.W1); });
-  const MutKvRows dkv = dkv_rows(sc.dkv, f);
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
+  const MutKvRows dkv = layout.view(sc.dkv.data());
   for (int j = last; j >= 0; --j) {
     const int r = p.rc.begin(j), n = p.rc.size(j);
     float* qkv = row_at(a.qkv, r, N, p.W3);
@@ -305,7 +307,6 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv,
                                kv, r, n, s.T, p.H, s.D());
     });
-    take_dkv(dqkv, sc.dkv, r, n, f);
     // ln1 is current when the qkv recompute above (or the forward's last chunk) wrote it.
     qkv_chunk_backward(dres, dqkv, a, x, w, g, lin, sc, p, j, s.C, o,
                        !q_local && (re.cheap || re.token_local));

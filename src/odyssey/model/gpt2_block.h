@@ -8,16 +8,18 @@
 // forward overwrites all of it, so a layer can be run again to recompute what it dropped.
 //
 // Sequence chunking (BlockShape::chunk, model/row_chunks.h): every token-local op runs over chunks of
-// rows. The attention runs either over the whole sequence through the AttentionOp (Ulysses and ring
-// need it whole): the forward runs ln1 + qkv chunk by chunk, the attention, then the rest chunk by
-// chunk; the backward the MLP and projection backward chunk by chunk, the attention backward, then the
-// qkv and ln1 backward chunk by chunk; sequence-wide are x, qkv, the attention's output and lse, the
-// output, and in backward d(residual), d(atty) and dqkv. Or, with BlockShape::query_chunks (an op that
-// chunks_queries(): the local one), per query chunk against the K/V prefix (long-context-memory.md
-// §4.2, §4.3, model/kv_prefix.h): the forward runs each chunk whole (ln1, qkv, its queries' attention,
-// the rest), the backward walks the chunks last first (recompute, MLP backward, its queries' attention
-// backward into dq and the prefix's dK, dV, then the qkv and ln1 backward, dK and dV of the chunk being
-// complete); sequence-wide are x, K and V, the output, and in backward d(residual), dK and dV.
+// rows. The attention runs either over the whole sequence through the AttentionOp (ring, the hybrid
+// and TP-SP need it whole): the forward runs ln1 + qkv chunk by chunk, the attention, then the rest
+// chunk by chunk; the backward the MLP and projection backward chunk by chunk, the attention backward,
+// then the qkv and ln1 backward chunk by chunk; sequence-wide are x, qkv, the attention's output and
+// lse, the output, and in backward d(residual), d(atty) and dqkv. Or, with BlockShape::query_chunks
+// (model/query_chunks.h: an op that chunks_queries(), the local one or Ulysses), per query chunk
+// against the K/V prefix (long-context-memory.md §4.2, §4.3, §4.8, model/kv_prefix.h), the chunks
+// within sequences: the forward runs each chunk whole (ln1, qkv, the op storing its k and v into the
+// prefix, its queries' attention, the rest), the backward walks the chunks last first (recompute, MLP
+// backward, its queries' attention backward into dq and the prefix's dK, dV, which the op adds into
+// the chunk's dqkv once complete, then the qkv and ln1 backward); sequence-wide are x, K and V (in the
+// op's layout: Ulysses' head-sharded), the output, and in backward d(residual), dK and dV.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,7 @@
 #include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/linear_ops.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/query_chunks.h"
 #include "odyssey/model/recompute.h"
 #include "odyssey/model/row_chunks.h"
 
@@ -74,10 +77,10 @@ struct Gpt2BlockScratch {
   FloatBuffer dfch, dfch_gelu;  // [c, 4C]
 
   void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
-                const TpSplit& tp = {}, bool query_chunks = false);
+                const TpSplit& tp = {}, const QueryChunks& query_chunks = {});
   size_t bytes() const;
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
-                          int chunk = 0, const TpSplit& tp = {}, bool query_chunks = false);
+                          int chunk = 0, const TpSplit& tp = {}, const QueryChunks& query_chunks = {});
   float* head_grad() { return dkv.size() ? dkv.data() : datty.data(); }
 };
 
@@ -90,11 +93,12 @@ struct Gpt2LayerTensors {
 Gpt2LayerTensors resolve_layer(const LayerParams& layer, const std::function<float*(const ParamInfo&)>& at);
 
 // The sizes a block call runs at; chunk: rows per token-local chunk (0: all N at once); query_chunks:
-// the attention runs per chunk against the K/V prefix (the activations and scratch sized for it).
+// whether the attention runs per chunk against the K/V prefix, and how the prefix is held
+// (model/query_chunks.h; the activations and scratch sized for it).
 struct BlockShape {
   int B, T, C, H;
   int chunk = 0;
-  bool query_chunks = false;
+  QueryChunks query_chunks = {};
   int N() const { return B * T; }
   int D() const { return C / H; }
 };

@@ -132,8 +132,8 @@ struct KeptLayers {
 // What the working layer of a recomputing policy holds (model/row_chunks.h): one chunk (`rows`) of its
 // token-local activations and, with query-chunked attention, of its qkv (beside the K/V prefix) and
 // under full of its attention output and lse (keep_attention hands these to the kept layer whole).
-// query_chunks: the attention runs per query chunk, i.e. the local op over more than one chunk (one
-// chunk of a TP-SP slice holds fewer rows than the sequence but runs the whole-sequence path).
+// query_chunks: the attention runs per query chunk (QueryChunks::on, model/query_chunks.h; the K/V
+// prefix beside the qkv is added by QueryChunks::with_kv).
 inline LayerRows working_rows(CheckpointPolicy policy, int rows, bool query_chunks) {
   const bool full = policy == CheckpointPolicy::full;
   return {rows, rows, true, false, query_chunks ? rows : -1, query_chunks && full ? rows : -1};

@@ -18,6 +18,7 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/deferred_weight_grads.h"
 #include "odyssey/model/lm_head.h"
+#include "odyssey/model/query_chunks.h"
 #include "odyssey/model/stage.h"
 
 namespace odyssey {
@@ -70,10 +71,20 @@ class LayerStage : public Stage {
   bool has_head() const { return range_.head(config_); }
   // How the layers are split over the tensor-parallel group.
   TpSplit split() const { return linears_->split(); }
-  // Whether the layers' attention runs per query chunk (the local op; not under TP-SP, whose chunks
-  // gather tokens of every rank and run the whole-sequence attention).
-  bool queries_chunked() const {
-    return attention_->chunks_queries() && (split().t == 1 || !split().sequence_parallel);
+  // Whether the layers' attention runs per query chunk for B rows of T tokens, and how they hold the
+  // K/V prefix (model/query_chunks.h).
+  QueryChunks query_chunking(int B, int T) const {
+    return query_chunks(*attention_, split(), split().rows(int64_t(B) * T), memory_.chunk_tokens,
+                        config_.n_head / split().t, config_.head_dim());
+  }
+  // What the attention op holds beyond the layers' activations: its query-chunk scratch, or its
+  // scratch and saved tensors for the whole sequence.
+  size_t attention_bytes_for(int B, int T, const QueryChunks& qc) const {
+    const int H = config_.n_head / split().t, D = config_.head_dim();
+    if (qc.on)
+      return attention_->chunk_bytes_for(
+          qc.rows(int(split().rows(int64_t(B) * T)), memory_.chunk_tokens, T).chunk_rows(), H, D);
+    return attention_->bytes_for(B, T, H, D, layers_saving_attention());
   }
   int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
   int final_unit() const { return table_.num_units() - 1; }

@@ -40,7 +40,7 @@ RopeScalingParams rope_scaling(const ModelConfig& c) {
 
 void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
                                 bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
-                                int64_t vocab_rows, bool query_chunks_) {
+                                int64_t vocab_rows, const QueryChunks& query_chunks_) {
   const bool head = range_.head(c);
   const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
@@ -54,7 +54,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   const size_t N = size_t(B) * T, C = c.d_model, half = size_t(c.head_dim()) / 2,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
-  const RowChunks rc{int(R), layer_chunk};
+  const RowChunks rc = query_chunks.rows(int(R), layer_chunk, T);
   kept.chunks = rc.count();
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
@@ -63,8 +63,10 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   // attention) and run one working layer whose token-local buffers hold one chunk.
   const int rows = rc.chunk_rows();
   for (LlamaLayerActs& l : kept.layers) {
-    if (kept.policy == CheckpointPolicy::none) l.allocate(c, B, T, !shared_qkv, {}, split);
-    if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true}, split);
+    if (kept.policy == CheckpointPolicy::none)
+      l.allocate(c, B, T, !shared_qkv, query_chunks.with_kv({}), split);
+    if (kept.policy == CheckpointPolicy::cheap)
+      l.allocate(c, B, T, !shared_qkv, query_chunks.with_kv({-1, 0, true, true}), split);
     if (kept.keeps_attention())
       l.atty.resize(N * size_t(c.n_head) / t * c.head_dim()), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
@@ -74,7 +76,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   if (kept.recomputes_layers())
     kept.work.allocate(c, B, T, !shared_qkv,
-                       working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
+                       query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)), split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
@@ -98,7 +100,7 @@ size_t LlamaActivations::bytes() const {
 
 size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                    bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
-                                   int64_t vocab_rows, bool query_chunks) {
+                                   int64_t vocab_rows, const QueryChunks& query_chunks) {
   const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()), half = size_t(c.head_dim()) / 2,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
@@ -112,13 +114,15 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, H D] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
   // activations hold one row chunk (and which writes its output into the kept one).
-  const int rows = RowChunks{int(R), memory.chunk_tokens}.chunk_rows();
-  size_t layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {}, split);
+  const int rows = query_chunks.rows(int(R), memory.chunk_tokens, T).chunk_rows();
+  size_t layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, query_chunks.with_kv({}), split);
   if (memory.checkpoint == CheckpointPolicy::cheap)
-    layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {-1, 0, true, true}, split) +
+    layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, query_chunks.with_kv({-1, 0, true, true}),
+                                           split) +
              LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   const size_t work = LlamaLayerActs::bytes_for(
-      c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
+      c, B, T, !shared_qkv, query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)),
+      split);
   // The layer outputs are in RAM, or on disk with two resident (KeptLayers::allocate_outputs).
   const size_t outputs = kept_output_bytes_for(int(L), R * C, memory);
   if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
@@ -159,8 +163,9 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   ODY_CHECK(emb || a.input,
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
-  a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
-             queries_chunked());
+  const QueryChunks qc = query_chunking(B, T);
+  a.allocate(c, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(), vocab_->rows(c.vocab_size),
+             qc);
   a.head_backward_done = false;
   const int N = B * T, C = c.d_model, R = int(split().rows(N));
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());

@@ -24,7 +24,7 @@ struct LlamaActivations : StageActivations {
   StageRange range;
   TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
-  bool query_chunks = false;             // the attention runs per query chunk (llama_block.h)
+  QueryChunks query_chunks;              // whether the attention runs per query chunk (llama_block.h)
   IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
   FloatBuffer encoded;              // [R, C] the token embeddings (with the embeddings; R = split.rows(N))
@@ -41,11 +41,11 @@ struct LlamaActivations : StageActivations {
   // split and vocab_rows as Gpt2Activations'.
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
                 const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0,
-                bool query_chunks = false);
+                const QueryChunks& query_chunks = {});
   size_t bytes() const override;
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
                           const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0,
-                          bool query_chunks = false);
+                          const QueryChunks& query_chunks = {});
   const float* output() const override { return kept.output(kept.layers.size() - 1); }
   OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }
@@ -69,10 +69,10 @@ class Llama : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv(), memory_, split(),
-                                       vocab_->rows(config_.vocab_size), queries_chunked()) +
-           attention_->bytes_for(B, T, config_.n_head / split().t, config_.head_dim(),
-                                 layers_saving_attention());
+    const QueryChunks qc = query_chunking(B, T);
+    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv() && !qc.on, memory_,
+                                       split(), vocab_->rows(config_.vocab_size), qc) +
+           attention_bytes_for(B, T, qc);
   }
 
  private:

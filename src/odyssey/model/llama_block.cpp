@@ -54,10 +54,10 @@ void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv,
   const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
   const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
                A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
+  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
   fit(an, R * C), fit(an_rstd, S);
   fit(qkv, keep_qkv ? Q * size_t(s.qkv_width()) : 0);
-  fit(kv, keep_qkv ? K * 2 * size_t(s.Hkv) * s.D : 0);
+  fit(kv, keep_qkv ? N * K : 0);
   fit(atty, A * HD), fit(lse, A * s.H);
   fit(residual2, S * C);
   fit(bn, R * C), fit(bn_rstd, S);
@@ -82,11 +82,11 @@ size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_q
   const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
   const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
                A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence && Q < N ? N : 0;  // rows of kv: the K/V prefix beside a chunk's qkv
-  // Attention: qkv [Q, (H + 2 Hkv) D] (and kv [K, 2 Hkv D]), atty [A, H D], lse [A H];
+  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
+  // Attention: qkv [Q, (H + 2 Hkv) D] (and kv [N, K]), atty [A, H D], lse [A H];
   // output residual3 [Rn, C]. Stored (S rows): residual2 [S, C], two [S] statistics, gate_up [S G, 2F].
   // Cheap (R rows): an, bn [R, C], h [R G, F].
-  return ((keep_qkv ? Q * size_t(s.qkv_width()) + K * 2 * size_t(s.Hkv) * s.D : 0) + A * (HD + size_t(s.H)) +
+  return ((keep_qkv ? Q * size_t(s.qkv_width()) + N * K : 0) + A * (HD + size_t(s.H)) +
           (rows.output ? Rn * C : 0) + S * (C + G * 2 * F + 2) + R * (2 * C + G * F)) *
          sizeof(float);
 }
@@ -97,18 +97,18 @@ void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
   std::swap(h, o.h);
 }
 
-// With query chunks over more than one chunk, datty and dqkv hold one chunk and dkv the dK, dV of
-// every row (at least C wide: it carries the head's gradient).
+// With query chunks, datty and dqkv hold one chunk and dkv the dK, dV of every row in the op's prefix
+// layout (at least C wide: it carries the head's gradient).
 void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                 int chunk, const TpSplit& tp, bool query_chunks) {
+                                 int chunk, const TpSplit& tp, const QueryChunks& q) {
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
   const size_t N = size_t(s.N()), b = backward ? 1 : 0, W = size_t(s.qkv_width()), C = size_t(s.C);
-  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  const bool qc = query_chunks && R < Rn;
+  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
+  const bool qc = q.on;
   fit(qkv, shared_qkv ? N * W : 0);
   if (qc)
     fit(datty, b * R * size_t(s.H) * s.D), fit(dqkv, b * R * W),
-        fit(dkv, b * N * std::max(C, 2 * size_t(s.Hkv) * s.D));
+        fit(dkv, b * N * std::max(C, size_t(q.kv.width())));
   else
     fit(datty, b * N * std::max(C, size_t(s.H) * s.D)), fit(dqkv, b * N * W), fit(dkv, 0);
   fit(dnorm, b * R * size_t(s.C)), fit(dh, b * R * G * size_t(s.F)),
@@ -121,14 +121,14 @@ size_t LlamaBlockScratch::bytes() const {
 }
 
 size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
-                                    int chunk, const TpSplit& tp, bool query_chunks) {
+                                    int chunk, const TpSplit& tp, const QueryChunks& q) {
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
   const size_t N = size_t(s.N()), W = size_t(s.qkv_width()), C = size_t(s.C), HD = size_t(s.H) * s.D;
-  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(RowChunks{int(Rn), chunk}.chunk_rows());
-  const bool qc = query_chunks && R < Rn;
+  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
+  const bool qc = q.on;
   // Whole: datty, dqkv [N, ...]; query chunks: datty, dqkv [R, ...] and dkv [N, ...].
   const size_t whole = backward && !qc ? std::max(C, HD) + W : 0;
-  const size_t kv_rows = backward && qc ? std::max(C, 2 * size_t(s.Hkv) * s.D) : 0;
+  const size_t kv_rows = backward && qc ? std::max(C, size_t(q.kv.width())) : 0;
   const size_t local = backward ? C + G * 3 * size_t(s.F) + (qc ? HD + W : 0) : 0;
   return (N * ((shared_qkv ? W : 0) + whole + kv_rows) + R * local) * sizeof(float);
 }
@@ -145,7 +145,8 @@ namespace {
 struct Rows {
   RowChunks rc;
   int G;
-  Rows(const LinearOps& lin, const LlamaShape& s) : rc{int(lin.rows(s.N())), s.chunk}, G(s.N() / rc.N) {}
+  Rows(const LinearOps& lin, const LlamaShape& s)
+      : rc{s.query_chunks.rows(int(lin.rows(s.N())), s.chunk, s.T)}, G(s.N() / rc.N) {}
 };
 
 // RMSNorm, the qkv projection and RoPE of chunk j into its rows dst [n G, W].
@@ -253,10 +254,11 @@ void qkv_chunk_backward(float* dres, float* dq, LlamaLayerActs& a, const float* 
            [&] { rmsnorm_backward(dr, g.attn_norm, dnorm, x + size_t(r) * C, w.attn_norm, an_rstd, n, C); });
 }
 
-// Query chunks against the K/V prefix (see gpt2_block.cpp): asked for, and more than one chunk.
+// Query chunks against the K/V prefix: the shape says so (model/query_chunks.h decides it).
 bool query_chunked(const LlamaShape& s, const Rows& p, const AttentionOp& attention) {
-  if (!s.query_chunks || p.rc.count() <= 1) return false;
-  ODY_CHECK(attention.chunks_queries() && p.G == 1, "block: query-chunked attention needs the local op");
+  if (!s.query_chunks.on) return false;
+  ODY_CHECK(attention.chunks_queries() && p.G == 1,
+            "block: query-chunked attention needs an op that chunks queries");
   return true;
 }
 
@@ -277,12 +279,12 @@ void chunked_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors&
   ODY_CHECK(
       a.qkv.size() >= size_t(p.rc.chunk_rows()) * W && a.atty.size() >= size_t(p.rc.chunk_rows()) * s.H * s.D,
       "block forward: no query-chunk activations for {} tokens", N);
-  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f, s.query_chunks.kv);
   for (int j = 0; j < p.rc.count(); ++j) {
     const int r = p.rc.begin(j), n = p.rc.size(j);
     float* qkv = row_at(a.qkv, r, N, W);
     qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
-    store_kv(a.kv, qkv, r, n, f);
+    store_kv(a.kv, qkv, r, n, attention, s.query_chunks.kv, s.T, s.H, s.D);
     attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
     mlp_chunk_forward(a, a.residual3.data(), x, w, lin, s, p, j, o);
   }
@@ -296,18 +298,20 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
                       OpObserver* o, const Recompute& re) {
   const int N = s.N(), W = s.qkv_width(), HD = s.H * s.D, last = p.rc.count() - 1;
   const FusedQkv f{s.H, s.Hkv, s.D};
-  ODY_CHECK(sc.dkv.size() >= size_t(N) * 2 * s.Hkv * s.D && sc.dqkv.size() >= size_t(p.rc.chunk_rows()) * W,
-            "block backward: no query-chunk scratch for {} tokens", N);
+  const KvPrefixLayout& layout = s.query_chunks.kv;
+  ODY_CHECK(
+      sc.dkv.size() >= size_t(N) * size_t(layout.width()) && sc.dqkv.size() >= size_t(p.rc.chunk_rows()) * W,
+      "block backward: no query-chunk scratch for {} tokens", N);
   const bool q_local = !holds_rows(a.qkv, N, size_t(W)), out_local = !holds_rows(a.atty, N, size_t(HD));
   if (re.qkv)  // the K/V prefix (and a whole qkv)
     for (int j = 0; j <= last; ++j) {
       float* qkv = row_at(a.qkv, p.rc.begin(j), N, W);
       qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
-      store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), f);
+      store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, s.H, s.D);
     }
-  const KvRows kv = kv_rows(a.qkv, a.kv, N, f);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * 2 * s.Hkv * s.D); });
-  const MutKvRows dkv = dkv_rows(sc.dkv, f);
+  const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
+  const MutKvRows dkv = layout.view(sc.dkv.data());
   for (int j = last; j >= 0; --j) {
     const int r = p.rc.begin(j), n = p.rc.size(j);
     float* qkv = row_at(a.qkv, r, N, W);
@@ -321,7 +325,6 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, HD), row_at(a.lse, r, N, s.H), qkv, kv,
                                r, n, s.T, s.H, s.D);
     });
-    take_dkv(dqkv, sc.dkv, r, n, f);
     // The norm is current when the qkv recompute above (or the forward's last chunk) wrote it.
     qkv_chunk_backward(dres, dqkv, a, x, w, g, lin, sc, s, rope, p, j, o,
                        !q_local && (re.cheap || re.token_local));

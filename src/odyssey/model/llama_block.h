@@ -23,6 +23,7 @@
 #include "odyssey/model/linear_ops.h"
 #include "odyssey/model/llama_params.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/query_chunks.h"
 #include "odyssey/model/recompute.h"
 #include "odyssey/model/row_chunks.h"
 
@@ -36,7 +37,7 @@ struct LlamaShape {
   int B, T, C, H, Hkv, D, F;
   float eps;
   int chunk = 0;
-  bool query_chunks = false;  // the attention per query chunk against the K/V prefix (gpt2_block.h)
+  QueryChunks query_chunks = {};  // the attention per query chunk against the K/V prefix (gpt2_block.h)
   int N() const { return B * T; }
   int qkv_width() const { return (H + 2 * Hkv) * D; }
   // Fails naming model.n_head, model.n_kv_head or model.d_ff when the model does not split over tp.
@@ -53,9 +54,9 @@ struct RopeTables {
 // or one chunk: LayerRows says which, for the stored group (residual2, gate_up, statistics) and the
 // cheap one (an, bn, h).
 struct LlamaLayerActs {
-  FloatBuffer an, an_rstd;      // [N, C], [N]  rmsnorm(x)
-  FloatBuffer qkv;              // [N, (H + 2 Hkv) D] after RoPE; empty when the attention op saves its own
-  FloatBuffer kv;               // [N, 2 Hkv D] K (after RoPE) and V of every row when qkv holds one chunk
+  FloatBuffer an, an_rstd;  // [N, C], [N]  rmsnorm(x)
+  FloatBuffer qkv;          // [N, (H + 2 Hkv) D] after RoPE; empty when the attention op saves its own
+  FloatBuffer kv;  // [N, 2 Hkv D] K (after RoPE) and V of every row (the op's layout) beside a chunk's qkv
   FloatBuffer atty, lse;        // [N, H D], [B, H, T] (or one query chunk's)
   FloatBuffer residual2;        // [N, C]  x + attention
   FloatBuffer bn, bn_rstd;      // [N, C], [N]  rmsnorm(residual2)
@@ -86,11 +87,11 @@ struct LlamaBlockScratch {
   FloatBuffer dh, dgate_up;  // [c, F], [c, 2F]
 
   void allocate(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
-                const TpSplit& tp = {}, bool query_chunks = false);
+                const TpSplit& tp = {}, const QueryChunks& query_chunks = {});
   float* head_grad() { return dkv.size() ? dkv.data() : datty.data(); }
   size_t bytes() const;
   static size_t bytes_for(const ModelConfig& config, int B, int T, bool shared_qkv, bool backward,
-                          int chunk = 0, const TpSplit& tp = {}, bool query_chunks = false);
+                          int chunk = 0, const TpSplit& tp = {}, const QueryChunks& query_chunks = {});
 };
 
 // Where one layer's tensors are now (parameters or gradients); q|k|v and gate|up are adjacent in the

@@ -3,23 +3,42 @@
 // short. Every token-local op of a block (norms, projections, MLP, residual adds) runs chunk by chunk,
 // so a recomputing layer holds their outputs for one chunk only. The forward and every recompute use
 // the same chunks, hence the same GEMM shapes and the same bits.
+//
+// With `seq` (rows per sequence, the layer's T) chunks do not cross sequences: each of the N / seq
+// sequences runs in chunks of its own, its last one short when `rows` does not divide seq. A
+// query-chunked layer (model/query_chunks.h) chunks this way, so that a chunk's queries are one
+// sequence's consecutive tokens (under Ulysses, one dealt chunk of every rank: sequence_shard.h).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "odyssey/core/buffer.h"
 
 namespace odyssey {
 
 struct RowChunks {
-  int N;     // rows in all
-  int rows;  // rows per chunk (0 or >= N: one chunk)
+  int N;        // rows in all
+  int rows;     // rows per chunk (0 or >= N: one chunk)
+  int seq = 0;  // rows per sequence when chunks stay within sequences (0: they may span them)
 
-  int chunk_rows() const { return rows > 0 ? std::min(rows, N) : N; }
-  int count() const { return N == 0 ? 0 : (N + chunk_rows() - 1) / chunk_rows(); }
-  int begin(int j) const { return j * chunk_rows(); }
-  int size(int j) const { return std::min(chunk_rows(), N - begin(j)); }
+  // Chunks stay within sequences: asked for, and more than one chunk.
+  bool per_sequence() const { return seq > 0 && rows > 0 && rows < N; }
+  int chunk_rows() const { return rows > 0 ? std::min(rows, per_sequence() ? seq : N) : N; }
+  // Chunks of one sequence (per_sequence()), of all N rows otherwise.
+  int per_seq() const { return per_sequence() ? (seq + chunk_rows() - 1) / chunk_rows() : 0; }
+  int count() const {
+    if (N == 0) return 0;
+    return per_sequence() ? N / seq * per_seq() : (N + chunk_rows() - 1) / chunk_rows();
+  }
+  int begin(int j) const {
+    return per_sequence() ? j / per_seq() * seq + j % per_seq() * chunk_rows() : j * chunk_rows();
+  }
+  int size(int j) const {
+    return per_sequence() ? std::min(chunk_rows(), seq - j % per_seq() * chunk_rows())
+                          : std::min(chunk_rows(), N - begin(j));
+  }
 };
 
 // Row r of a token-local buffer of `width` floats per row: a buffer that holds all N rows is indexed
@@ -40,6 +59,7 @@ struct LayerRows {
   bool output = true;
   int qkv = -1;
   int attention = -1;
+  int64_t kv = 0;  // floats per token row of the K/V prefix held beside the qkv (0: none)
 };
 
 }  // namespace odyssey

@@ -1,5 +1,7 @@
 #include "odyssey/parallel/sequence_shard.h"
 
+#include <algorithm>
+
 #include "odyssey/core/error.h"
 
 namespace odyssey {
@@ -37,8 +39,14 @@ std::vector<int> shard_positions(int T, const SequenceShard& s) {
   } else {
     for (int i = 0; i < Tr; ++i) ring_tokens[size_t(i)] = s.ring_rank * Tr + i;
   }
-  const int Tl = Tr / U;
-  return {ring_tokens.begin() + s.ulysses_rank * Tl, ring_tokens.begin() + (s.ulysses_rank + 1) * Tl};
+  const int Tl = Tr / U, c = s.chunk > 0 && s.chunk < Tl ? s.chunk : Tl;
+  std::vector<int> mine(static_cast<size_t>(Tl));
+  for (int k = 0; k * c < Tl; ++k) {
+    const int m = std::min(c, Tl - k * c);  // this chunk's tokens on every rank
+    for (int o = 0; o < m; ++o)
+      mine[size_t(k * c + o)] = ring_tokens[size_t(U * k * c + s.ulysses_rank * m + o)];
+  }
+  return mine;
 }
 
 void shard_rows(int32_t* dst, const int32_t* src, int B, int T, const std::vector<int>& positions) {

@@ -10,6 +10,11 @@
 // Ulysses all-to-all (which concatenates the pieces in Ulysses rank order) rebuilds exactly the
 // ring rank's tokens. With R = 1 both layouts are the contiguous split.
 //
+// Dealt by chunk (`chunk` > 0, query-chunked Ulysses, long-context-memory.md §4.8): the Tl = T / (U R)
+// tokens of a Ulysses rank run in chunks of `chunk` (the last may be short), and local chunk k of
+// every rank (m tokens) is the u-th m-piece of the ring rank's tokens [U k chunk, U k chunk + U m), so
+// the all-to-all of chunk k rebuilds that contiguous segment. With chunk >= Tl (or 0): the split above.
+//
 // Divisibility (checked, the error names the sizes):
 //   zigzag, R > 1: T % 2R == 0 and (T / R) % U == 0   (T % lcm(2R, R U) == 0; 2RU always works)
 //   otherwise:     T % (R U) == 0
@@ -30,6 +35,7 @@ struct SequenceShard {
   int ulysses = 1, ring = 1;            // group sizes
   int ulysses_rank = 0, ring_rank = 0;  // this rank's place in them
   RingLayout layout = RingLayout::zigzag;
+  int chunk = 0;  // tokens per chunk dealt to each Ulysses rank (0: contiguous pieces)
 
   int ranks() const { return ulysses * ring; }
 };

@@ -1,5 +1,6 @@
 #include "odyssey/parallel/ulysses.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -37,6 +38,17 @@ void full_to_blocks(float* blocks, const float* full, int U, int B, int T, int64
              full + (int64_t(b) * U * T + int64_t(i) * T + t) * w, w);
 }
 
+// Calls f(b, t0, m, i) for each piece of the rows [r, r + n) within one sequence of T tokens: chunk rows
+// [i, i + m) are the tokens [t0, t0 + m) of sequence b (a query chunk is one piece: RowChunks::seq).
+template <typename F>
+void for_each_piece(int r, int n, int T, F&& f) {
+  for (int i = 0; i < n;) {
+    const int b = (r + i) / T, t0 = (r + i) % T, m = std::min(n - i, T - t0);
+    f(b, t0, m, i);
+    i += m;
+  }
+}
+
 }  // namespace
 
 UlyssesHeads::UlyssesHeads(int H_, int Hkv_, int U_) : H(H_), Hkv(Hkv_), U(U_) {
@@ -53,9 +65,10 @@ UlyssesHeads::UlyssesHeads(int H_, int Hkv_, int U_) : H(H_), Hkv(Hkv_), U(U_) {
       U, Hkv, U, U);
 }
 
-UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAttention* inner)
-    : comm_(ulysses), n_kv_head_(n_kv_head), inner_(inner) {
+UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAttention* inner, int deal_chunk)
+    : comm_(ulysses), n_kv_head_(n_kv_head), inner_(inner), deal_chunk_(deal_chunk) {
   ODY_CHECK(n_kv_head >= 0, "Ulysses attention: n_kv_head {} is negative", n_kv_head);
+  ODY_CHECK(deal_chunk >= 0, "Ulysses attention: deal_chunk {} is negative", deal_chunk);
 }
 
 size_t UlyssesAttention::bytes() const {
@@ -185,6 +198,161 @@ void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*o
         add(row + in.v_offset() + int64_t(heads.first_kv_head(j)) * D, src + int64_t(Hl + Hkvl) * D,
             int64_t(Hkvl) * D);
       }
+}
+
+}  // namespace odyssey
+
+namespace odyssey {
+
+// --- query chunks (long-context-memory.md §4.8) ----------------------------------------------------
+
+KvPrefixLayout UlyssesAttention::kv_prefix(int H, int D) const {
+  const int U = comm_.size();
+  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
+  return {2 * int64_t(heads.local_kv_heads()) * D, U, false};
+}
+
+size_t UlyssesAttention::chunk_bytes_for(int rows, int H, int D) const {
+  const int U = comm_.size();
+  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
+  const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads()),
+               m = size_t(U) * size_t(rows) * D;
+  // send_ and recv_: a chunk's q | out | dout (or dq | dk | dv, or k | v) for every rank; dout_h_: the
+  // segment's out (forward) or dq (backward).
+  return (2 * m * std::max(3 * Hl, Hl + 2 * Hkvl) + m * Hl) * sizeof(float);
+}
+
+// The local chunk k of every rank (m rows) is the segment [U k c, U (k c + m)) only when the tokens
+// were dealt by the layer's chunks c (an effective chunk of T or more: the contiguous split).
+void UlyssesAttention::check_dealt(int r, int n, int T) const {
+  const int c = deal_chunk_ > 0 && deal_chunk_ < T ? deal_chunk_ : T, t0 = r % T;
+  ODY_CHECK(t0 % c == 0 && n == std::min(c, T - t0),
+            "Ulysses query chunk of rows [{}, {}) of sequences of {} tokens, but the tokens were dealt by "
+            "chunks of {} (memory.chunk_tokens and the sequence shard disagree)",
+            r, r + n, T, deal_chunk_);
+}
+
+// The segment's k and v go to their heads' ranks and into the prefix rows of its tokens.
+void UlyssesAttention::store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) {
+  check_dealt(r, n, T);
+  const int U = comm_.size();
+  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
+  const FusedQkv in{H, heads.Hkv, D};
+  const int64_t w = int64_t(heads.local_kv_heads()) * D;
+  for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
+    const int64_t block = int64_t(m) * 2 * w;
+    send_.at_least(size_t(U * block));
+    recv_.at_least(size_t(U * block));
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int q = 0; q < U; ++q)
+      for (int t = 0; t < m; ++t) {
+        const float* row = qkv + (int64_t(i) + t) * in.width();
+        float* dst = send_.data() + q * block + int64_t(t) * 2 * w;
+        copy(dst, row + in.k_offset() + int64_t(heads.first_kv_head(q)) * D, w);
+        copy(dst + w, row + in.v_offset() + int64_t(heads.first_kv_head(q)) * D, w);
+      }
+    comm_.all_to_all(send_.data(), recv_.data(), size_t(block), DType::f32);
+    // Block q holds rank q's m tokens: global rows U t0 + q m + [0, m) of sequence b.
+    const int64_t first = int64_t(b) * U * T + int64_t(U) * t0;
+#pragma omp parallel for schedule(static)
+    for (int e = 0; e < U * m; ++e) {
+      const float* src = recv_.data() + int64_t(e) * 2 * w;
+      copy(kv.k + (first + e) * kv.row_stride, src, w);
+      copy(kv.v + (first + e) * kv.row_stride, src + w, w);
+    }
+  });
+}
+
+void UlyssesAttention::forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T,
+                                     int H, int D) {
+  check_dealt(r, n, T);
+  const int U = comm_.size();
+  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
+  const FusedQkv in{H, heads.Hkv, D};
+  const int Hl = heads.local_heads(), Hkvl = heads.local_kv_heads();
+  const int64_t hw = int64_t(Hl) * D, s = kv.row_stride;
+  for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
+    const int64_t block = int64_t(m) * hw;
+    send_.at_least(size_t(U * block));
+    recv_.at_least(size_t(U * block));
+    dout_h_.at_least(size_t(U * block));
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int q = 0; q < U; ++q)
+      for (int t = 0; t < m; ++t)
+        copy(send_.data() + q * block + int64_t(t) * hw,
+             qkv + (int64_t(i) + t) * in.width() + int64_t(heads.first_head(q)) * D, hw);
+    comm_.all_to_all(send_.data(), recv_.data(), size_t(block), DType::f32);
+    // The segment's U m queries of my heads, in order, against the prefix of its sequence.
+    const int64_t k0 = int64_t(b) * U * T * s;
+    const int q0 = U * t0, mq = U * m;
+    attention_forward({dout_h_.data(), 0, hw}, lse + int64_t(i) * H, {recv_.data(), 0, hw}, {kv.k + k0, 0, s},
+                      {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D}, {MaskKind::causal, q0, 0},
+                      1.0f / std::sqrt(float(D)));
+    // Rows [q m, (q + 1) m) of the segment are rank q's tokens: out goes back as it lies.
+    comm_.all_to_all(dout_h_.data(), recv_.data(), size_t(block), DType::f32);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int q = 0; q < U; ++q)
+      for (int t = 0; t < m; ++t)
+        copy(out + (int64_t(i) + t) * H * D + int64_t(heads.first_head(q)) * D,
+             recv_.data() + q * block + int64_t(t) * hw, hw);
+  });
+}
+
+void UlyssesAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out,
+                                      const float* lse, const float* qkv, KvRows kv, int r, int n, int T,
+                                      int H, int D) {
+  check_dealt(r, n, T);
+  const int U = comm_.size();
+  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
+  const FusedQkv in{H, heads.Hkv, D}, loc{heads.local_heads(), heads.local_kv_heads(), D};
+  const int Hl = heads.local_heads(), Hkvl = heads.local_kv_heads();
+  const int64_t hw = int64_t(Hl) * D, kw = int64_t(Hkvl) * D, s = kv.row_stride, ds = dkv.row_stride;
+  for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
+    // In: q | out | dout of my heads for the segment's tokens, 3 hw per row.
+    const int64_t in_block = int64_t(m) * 3 * hw, back_block = int64_t(m) * loc.width();
+    send_.at_least(size_t(U * std::max(in_block, back_block)));
+    recv_.at_least(size_t(U * std::max(in_block, back_block)));
+    dout_h_.at_least(size_t(U) * m * hw);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int q = 0; q < U; ++q)
+      for (int t = 0; t < m; ++t) {
+        const int64_t row = int64_t(i) + t, h0 = int64_t(heads.first_head(q)) * D;
+        float* dst = send_.data() + q * in_block + int64_t(t) * 3 * hw;
+        copy(dst, qkv + row * in.width() + h0, hw);
+        copy(dst + hw, out + row * H * D + h0, hw);
+        copy(dst + 2 * hw, dout + row * H * D + h0, hw);
+      }
+    comm_.all_to_all(send_.data(), recv_.data(), size_t(in_block), DType::f32);
+    const int64_t first = int64_t(b) * U * T, k0 = first * s, dk0 = first * ds;
+    const int q0 = U * t0, mq = U * m;
+    float* dq = dout_h_.data();
+    std::memset(dq, 0, size_t(mq) * size_t(hw) * sizeof(float));
+    const float* seg = recv_.data();
+    attention_backward({dq, 0, hw}, {dkv.k + dk0, 0, ds}, {dkv.v + dk0, 0, ds}, {seg + 2 * hw, 0, 3 * hw},
+                       {seg + hw, 0, 3 * hw}, lse + int64_t(i) * H, {seg, 0, 3 * hw}, {kv.k + k0, 0, s},
+                       {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D}, {MaskKind::causal, q0, 0},
+                       1.0f / std::sqrt(float(D)));
+    // Back: dq | dk | dv of the segment (its dK, dV complete: later segments have run), block q the
+    // rows of rank q's tokens.
+#pragma omp parallel for schedule(static)
+    for (int e = 0; e < mq; ++e) {
+      float* dst = send_.data() + int64_t(e) * loc.width();
+      copy(dst, dq + int64_t(e) * hw, hw);
+      copy(dst + hw, dkv.k + (first + q0 + e) * ds, kw);
+      copy(dst + hw + kw, dkv.v + (first + q0 + e) * ds, kw);
+    }
+    comm_.all_to_all(send_.data(), recv_.data(), size_t(back_block), DType::f32);
+    // Ranks in order within each row, so replicated KV heads are summed in a fixed order.
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < m; ++t)
+      for (int q = 0; q < U; ++q) {
+        float* row = dqkv + (int64_t(i) + t) * in.width();
+        const float* src = recv_.data() + q * back_block + int64_t(t) * loc.width();
+        add(row + int64_t(heads.first_head(q)) * D, src, hw);
+        add(row + in.k_offset() + int64_t(heads.first_kv_head(q)) * D, src + hw, kw);
+        add(row + in.v_offset() + int64_t(heads.first_kv_head(q)) * D, src + hw + kw, kw);
+      }
+  });
 }
 
 }  // namespace odyssey

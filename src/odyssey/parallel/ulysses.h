@@ -23,6 +23,17 @@
 // the model stores is this rank's HEAD-sharded [B, H/U, U Tl] (same element count as [B, H, Tl]);
 // only this op's backward reads it.
 //
+// Query chunks (long-context-memory.md §4.8, without an inner ring): the ranks' tokens are dealt by
+// chunk (sequence_shard.h), so local chunk j of every rank, m rows each, makes the contiguous global
+// segment [U t0, U (t0 + m)) of the row, rank q's m rows at U t0 + q m. Per chunk: store_kv sends the
+// chunk's k and v to their heads' ranks, which write the segment into the layer's head-sharded K/V
+// prefix [B, U Tl, 2 Hkv_l D] (KvPrefixLayout: U prefix rows per local row); forward_chunk sends q,
+// runs the kernel for the segment's queries against the prefix (causal from U t0) and sends out back;
+// backward_chunk sends q, out and dout, runs the kernel's backward into the segment's dq and the
+// prefix's dK, dV, and sends dq and the segment's now complete dK, dV back (replicated KV heads
+// summed in rank order). The lse of a chunk is head-sharded, [H/U, U m] in its H m floats. Nothing
+// is saved per layer beyond the prefix; scratch holds one chunk's messages.
+//
 // Bytes per rank per layer (all-to-all bus bytes, (U-1)/U of each full buffer; h = H D,
 // h_kv' = U Hkv_l D — h_kv, or U D with replication):
 //   forward  (U-1)/U * B Tl * (2 h + 2 h_kv') * 4      (qkv in, out back)
@@ -51,8 +62,11 @@ struct UlyssesHeads {
 class UlyssesAttention : public AttentionOp {
  public:
   // n_kv_head: key/value heads of the fused qkv (0: as many as query heads). inner (not owned):
-  // ring attention over the head-sharded tensors (the hybrid), or null.
-  UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr);
+  // ring attention over the head-sharded tensors (the hybrid), or null. deal_chunk: the tokens per
+  // chunk the ranks' tokens are dealt by (sequence_shard.h; 0: contiguous): query chunks must be its
+  // chunks (checked: other chunks would attend the wrong tokens).
+  UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr,
+                   int deal_chunk = 0);
 
   void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                AttentionSavedPtr& saved) override;
@@ -63,6 +77,15 @@ class UlyssesAttention : public AttentionOp {
   bool saves_qkv() const override { return true; }
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
 
+  bool chunks_queries() const override { return inner_ == nullptr; }
+  KvPrefixLayout kv_prefix(int H, int D) const override;
+  void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) override;
+  void forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
+                     int D) override;
+  void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out, const float* lse,
+                      const float* qkv, KvRows kv, int r, int n, int T, int H, int D) override;
+  size_t chunk_bytes_for(int rows, int H, int D) const override;
+
  private:
   struct Saved : AttentionSaved {
     int B = 0, T = 0, H = 0, D = 0;
@@ -70,9 +93,13 @@ class UlyssesAttention : public AttentionOp {
     size_t bytes() const override { return qkv.bytes() + out.bytes(); }
   };
 
+  // Fails unless rows [r, r + n) of sequences of T are one of the chunks the tokens were dealt by.
+  void check_dealt(int r, int n, int T) const;
+
   Communicator& comm_;
   int n_kv_head_;
   RingAttention* inner_;
+  int deal_chunk_;
   FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
 };
 

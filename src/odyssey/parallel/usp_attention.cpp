@@ -11,7 +11,8 @@ SequenceParallelAttention::SequenceParallelAttention(Communicator& ulysses, Comm
         ring, RingOptions{options.layout, options.overlap, options.progress_rows}, options.n_kv_head);
   if (ulysses.size() > 1) {
     // Inside the hybrid the ring sees the head-sharded kv heads; it reads their count from its dims.
-    ulysses_ = std::make_unique<UlyssesAttention>(ulysses, options.n_kv_head, ring_.get());
+    ulysses_ = std::make_unique<UlyssesAttention>(ulysses, options.n_kv_head, ring_.get(),
+                                                  ring_ ? 0 : options.chunk_tokens);
     op_ = ulysses_.get();
   } else {
     op_ = ring_.get();
@@ -30,7 +31,10 @@ void SequenceParallelAttention::backward(float* dqkv, const float* dout, const f
 }
 
 SequenceShard SequenceParallelAttention::shard() const {
-  return {ulysses_comm_.size(), ring_comm_.size(), ulysses_comm_.rank(), ring_comm_.rank(), options_.layout};
+  SequenceShard s{ulysses_comm_.size(), ring_comm_.size(), ulysses_comm_.rank(), ring_comm_.rank(),
+                  options_.layout};
+  s.chunk = chunks_queries() ? options_.chunk_tokens : 0;
+  return s;
 }
 
 }  // namespace odyssey

@@ -31,6 +31,10 @@ struct SpAttentionOptions {
   int n_kv_head = 0;  // 0: as many as query heads (GPT-2)
   bool overlap = true;
   int progress_rows = 256;
+  // Ulysses without a ring: the tokens per chunk dealt to each rank (sequence_shard.h; 0: contiguous
+  // pieces), which must be the layers' query chunks (memory.chunk_tokens; 0 under TP-SP, whose
+  // attention runs whole). The op refuses query chunks of any other geometry.
+  int chunk_tokens = 0;
 };
 
 class SequenceParallelAttention : public AttentionOp {
@@ -49,7 +53,25 @@ class SequenceParallelAttention : public AttentionOp {
     return op_->bytes_for(B, T, H, D, n_layer);
   }
 
-  // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()).
+  // Query chunks (long-context-memory.md §4.8): Ulysses alone runs them (ulysses.h); the ring and the
+  // hybrid run the whole sequence (with memory.chunk_tokens chunking only their token-local ops).
+  bool chunks_queries() const override { return ulysses_ && !ring_; }
+  KvPrefixLayout kv_prefix(int H, int D) const override { return op_->kv_prefix(H, D); }
+  void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) override {
+    op_->store_kv(kv, qkv, r, n, T, H, D);
+  }
+  void forward_chunk(float* out, float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
+                     int D) override {
+    op_->forward_chunk(out, lse, qkv, kv, r, n, T, H, D);
+  }
+  void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out, const float* lse,
+                      const float* qkv, KvRows kv, int r, int n, int T, int H, int D) override {
+    op_->backward_chunk(dqkv, dkv, dout, out, lse, qkv, kv, r, n, T, H, D);
+  }
+  size_t chunk_bytes_for(int rows, int H, int D) const override { return op_->chunk_bytes_for(rows, H, D); }
+
+  // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()) (under
+  // query-chunked Ulysses dealt by options.chunk_tokens).
   SequenceShard shard() const;
   RingAttention* ring() { return ring_.get(); }           // null without a ring
   UlyssesAttention* ulysses() { return ulysses_.get(); }  // null without Ulysses

@@ -206,6 +206,9 @@ struct Run {
       so.layout = c.parallel.sp_ring_layout;
       // The key/value heads of this tp rank (its share, or the one it holds when they are replicated).
       so.n_kv_head = c.model.kv_heads() % tp.size() == 0 ? c.model.kv_heads() / tp.size() : 1;
+      // Query-chunked Ulysses deals the ranks' tokens by chunk; TP-SP runs the attention whole
+      // (model/query_chunks.h).
+      so.chunk_tokens = tp.size() > 1 && c.parallel.tp_sp ? 0 : c.memory.chunk_tokens;
       sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
       for (auto& model : models) model->set_attention(sp_attention.get());
       shard = sp_attention->shard();

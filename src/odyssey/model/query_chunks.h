@@ -1,0 +1,42 @@
+// Whether a layer's attention runs per query chunk against the K/V prefix (long-context-memory.md
+// §4.2, §4.3, §4.8), decided in one place for the stage, its activations and its blocks: the attention
+// op can (the local op, Ulysses without a ring), the layer is not split over TP-SP (whose chunks gather
+// every rank's tokens and run the whole-sequence attention), and the layer's rows make more than one
+// chunk. Query-chunked layers chunk their rows per sequence (RowChunks::seq).
+#pragma once
+
+#include <cstdint>
+
+#include "odyssey/model/attention_op.h"
+#include "odyssey/model/linear_ops.h"
+#include "odyssey/model/row_chunks.h"
+
+namespace odyssey {
+
+struct QueryChunks {
+  bool on = false;
+  KvPrefixLayout kv;  // how the layers hold the K/V prefix (with on)
+  bool operator==(const QueryChunks&) const = default;
+
+  // The layer's row chunks: rows residual rows of sequences of T tokens in chunks of `chunk`.
+  RowChunks rows(int rows, int chunk, int T) const { return {rows, chunk, on ? T : 0}; }
+  // The LayerRows of a layer holding its qkv for `r.qkv` rows (-1: all), with the prefix beside it
+  // when the attention runs per query chunk and the qkv cannot serve it.
+  LayerRows with_kv(LayerRows r) const {
+    if (on && r.sequence && (r.qkv >= 0 || !kv.in_qkv)) r.kv = kv.width();
+    return r;
+  }
+};
+
+// rows: the layer's residual rows (B T, or under TP-SP this rank's slice); chunk: memory.chunk_tokens;
+// H, D: this rank's query heads and head dimension.
+inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int64_t rows, int chunk, int H,
+                                int D) {
+  QueryChunks q;
+  q.on = op.chunks_queries() && !(split.t > 1 && split.sequence_parallel) &&
+         RowChunks{int(rows), chunk}.count() > 1;
+  if (q.on) q.kv = op.kv_prefix(H, D);
+  return q;
+}
+
+}  // namespace odyssey
