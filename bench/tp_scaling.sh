@@ -25,29 +25,31 @@ SEQ=${SEQ:-256}
 TPS=${TPS:-"1 2 4"}
 TP_SP=${TP_SP:-true}
 OVERLAPS=${OVERLAPS:-"none domino"}
+REPS=${REPS:-1}  # rounds of every run, one after the other (a shared host's load drifts)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export HOST_JSON=$("$BIN" info)
+for rep in $(seq "$REPS"); do
 for config in gpt2-124m llama-124m; do
   for tp in $TPS; do
     for overlap in $OVERLAPS; do
       [ "$tp" = 1 ] && [ "$overlap" != none ] && continue
-      dir="$WORK/${config}_tp${tp}_$overlap"
+      dir="$WORK/${config}_tp${tp}_${overlap}_$rep"
       mpirun -np "$tp" --oversubscribe "$BIN" train --config "configs/$config.toml" --set "checkpoint.dir=$dir" \
         --set parallel.tp="$tp" --set parallel.tp_sp="$TP_SP" --set train.steps="$STEPS" --set model.seq_len="$SEQ" \
         --set train.global_batch=2 --set train.micro_batch=1 --set train.threads=1 --set train.eval_every=0 \
         --set parallel.tp_overlap="$overlap" --set parallel.domino_split=tokens \
         --set data.val= --set log.every=1 >"$dir.log" 2>&1 ||
         { echo "{\"config\":\"$config\",\"tp\":$tp,\"tp_overlap\":\"$overlap\",\"error\":\"$(tail -n 1 "$dir.log")\"}"; continue; }
-      python3 - "$dir/metrics.jsonl" "$config" "$tp" "$TP_SP" "$overlap" <<'PY'
+      REP=$rep python3 - "$dir/metrics.jsonl" "$config" "$tp" "$TP_SP" "$overlap" <<'PY'
 import json, os, statistics, sys
 path, config, tp, sp, overlap = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "true", sys.argv[5]
 rows = [json.loads(l) for l in open(path) if '"step_ms"' in l][1:]  # the first step warms up
 last = rows[-1]
 groups = {g: v["bytes"] for g, v in last["comm"].get("by_group", {}).items()}
 host = json.loads(os.environ["HOST_JSON"])
-out = {"config": config, "tp": tp, "tp_sp": sp, "tp_overlap": overlap,
+out = {"config": config, "tp": tp, "rep": int(os.environ["REP"]), "tp_sp": sp, "tp_overlap": overlap,
        "step_ms": round(statistics.median(r["step_ms"] for r in rows), 1),
        "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in rows), 1),
        "params_mb_per_rank": round(last["memory"]["params"] / 1e6, 2),
@@ -65,4 +67,5 @@ print(json.dumps(out))
 PY
     done
   done
+done
 done

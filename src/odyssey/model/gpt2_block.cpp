@@ -403,7 +403,8 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   const int N = s.N(), C = s.C;
   const Split p(lin, s);
   ODY_CHECK(sc.dfch.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
-                a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4,
+                a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
+                sc.dln.size() >= size_t(p.slots) * p.rc.chunk_rows() * C,
             "block backward: no backward scratch for {} tokens", N);
   if (query_chunked(s, p, attention))
     return chunked_backward(dres, a, x, w, g, attention, lin, sc, p, s, o, re);

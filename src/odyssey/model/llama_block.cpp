@@ -412,7 +412,8 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
   const int N = s.N(), W = s.qkv_width(), HD = s.H * s.D, F = s.F;
   const Rows p(lin, s);
   ODY_CHECK(sc.dgate_up.size() >= size_t(p.rc.chunk_rows()) * p.G * 2 * F &&
-                a.h.size() >= size_t(p.rc.chunk_rows()) * p.G * F,
+                a.h.size() >= size_t(p.rc.chunk_rows()) * p.G * F &&
+                sc.dnorm.size() >= size_t(p.slots) * p.rc.chunk_rows() * s.C,
             "block backward: no backward scratch for {} tokens", N);
   if (query_chunked(s, p, attention))
     return chunked_backward(dres, a, x, w, g, attention, lin, sc, s, rope, p, o, re);
