@@ -6,7 +6,7 @@
 # within relative 1e-5 of the single process (tp2 x dp2 with quantized ZeRO-2 communication within
 # 1e-2). Checkpoints written at tp2 x dp2 resume at tp1, tp4 and dp4, one written at pp2 at tp2 and one
 # at tp2 x pp2 at one process. Domino (rows and tokens, with and without TP-SP, and tp2 x dp2 ZeRO-1)
-# within 1e-5 as well, with the same tp bytes. The metrics carry the tp group's bytes; a tp rank holds
+# within 1e-5 as well, with the same tp bytes, and at tp2 bitwise equal to its halves run in order. The metrics carry the tp group's bytes; a tp rank holds
 # about half the weights; impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -80,6 +80,23 @@ for arch in gpt2 llama; do
   run ${arch}_tp2_dp2_z1_domino 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=1 \
     --set parallel.tp_overlap=domino
   compare_all ${arch}_tp2_dp2_z1_domino ${arch}_ref
+  # Spec §6.13: at tp 2 (a sum of two values does not depend on the collective's algorithm) Domino gives
+  # the bits of the same halves run one after the other (memory.chunk_tokens = half a rank's rows: 16
+  # under TP-SP, 32 without): every loss, the validation loss and the final weights and Adam moments.
+  for sp in true false; do
+    half=16 && [ $sp = false ] && half=32
+    run ${arch}_tp2_halves_$sp 2 --set parallel.tp=2 --set parallel.tp_sp=$sp --set memory.chunk_tokens=$half
+    domino=${arch}_tp2_domino && [ $sp = false ] && domino=${arch}_tp2_nosp_domino
+    numbers() { grep -oE '"(loss|val_loss)":[^,}]*' "$WORK/$1/metrics.jsonl"; }
+    same=1
+    [ "$(numbers $domino)" = "$(numbers ${arch}_tp2_halves_$sp)" ] || same=0
+    for f in params m v; do for r in 0 1; do
+      cmp -s "$WORK/$domino/step_00000010/$f.rank0000$r.safetensors" \
+        "$WORK/${arch}_tp2_halves_$sp/step_00000010/$f.rank0000$r.safetensors" || same=0
+    done; done
+    [ $same = 1 ] && echo "ok: $domino bitwise equal to the halves in order (losses, weights, moments)" ||
+      fail "$domino differs from ${arch}_tp2_halves_$sp"
+  done
   tp_bytes() { grep -oE '"tp":\{"bytes":[0-9]+' "$WORK/$1/metrics.jsonl" | head -1 | grep -oE '[0-9]+$'; }
   [ -n "$(tp_bytes ${arch}_tp2)" ] && [ "$(tp_bytes ${arch}_tp2_domino)" = "$(tp_bytes ${arch}_tp2)" ] &&
     echo "ok: ${arch} domino moves the same tp bytes ($(tp_bytes ${arch}_tp2))" ||
