@@ -5,8 +5,9 @@
 # full and sequence chunks under TP-SP and under plain TP: every step's loss and the validation loss
 # within relative 1e-5 of the single process (tp2 x dp2 with quantized ZeRO-2 communication within
 # 1e-2). Checkpoints written at tp2 x dp2 resume at tp1, tp4 and dp4, one written at pp2 at tp2 and one
-# at tp2 x pp2 at one process. The metrics carry the tp group's bytes; a tp rank holds about half the
-# weights; impossible layouts are refused naming the key.
+# at tp2 x pp2 at one process. Domino (rows and tokens, with and without TP-SP, and tp2 x dp2 ZeRO-1)
+# within 1e-5 as well, with the same tp bytes, and at tp2 bitwise equal to its halves run in order. The metrics carry the tp group's bytes; a tp rank holds
+# about half the weights; impossible layouts are refused naming the key.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 make_shards "$WORK/data"
@@ -62,6 +63,48 @@ for arch in gpt2 llama; do
     --set memory.chunk_tokens=24
   compare_all ${arch}_tp2_nosp_chunks ${arch}_ref
 
+  # Domino (parallel.tp_overlap = domino): two halves of the rows (micro-batches of 2 rows) or of one
+  # row's tokens (micro-batches of 1, against the single process with the same micro-batches), with and
+  # without TP-SP, and tp2 x dp2 under ZeRO-1. The tp bytes are those without Domino; the metrics
+  # report the hidden fraction.
+  run ${arch}_tp2_domino 2 --set parallel.tp=2 --set parallel.tp_overlap=domino
+  compare_all ${arch}_tp2_domino ${arch}_ref
+  run ${arch}_tp2_nosp_domino 2 --set parallel.tp=2 --set parallel.tp_sp=false --set parallel.tp_overlap=domino
+  compare_all ${arch}_tp2_nosp_domino ${arch}_ref
+  run ${arch}_ref_mb1 1 --set train.micro_batch=1
+  for sp in true false; do
+    run ${arch}_tp2_domino_tokens_$sp 2 --set parallel.tp=2 --set parallel.tp_sp=$sp --set train.micro_batch=1 \
+      --set parallel.tp_overlap=domino --set parallel.domino_split=tokens
+    compare_all ${arch}_tp2_domino_tokens_$sp ${arch}_ref_mb1
+  done
+  run ${arch}_tp2_dp2_z1_domino 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=1 \
+    --set parallel.tp_overlap=domino
+  compare_all ${arch}_tp2_dp2_z1_domino ${arch}_ref
+  # Spec §6.13: at tp 2 (a sum of two values does not depend on the collective's algorithm) Domino gives
+  # the bits of the same halves run one after the other (memory.chunk_tokens = half a rank's rows: 16
+  # under TP-SP, 32 without): every loss, the validation loss and the final weights and Adam moments.
+  for sp in true false; do
+    half=16 && [ $sp = false ] && half=32
+    run ${arch}_tp2_halves_$sp 2 --set parallel.tp=2 --set parallel.tp_sp=$sp --set memory.chunk_tokens=$half
+    domino=${arch}_tp2_domino && [ $sp = false ] && domino=${arch}_tp2_nosp_domino
+    numbers() { grep -oE '"(loss|val_loss)":[^,}]*' "$WORK/$1/metrics.jsonl"; }
+    same=1
+    [ "$(numbers $domino)" = "$(numbers ${arch}_tp2_halves_$sp)" ] || same=0
+    for f in params m v; do for r in 0 1; do
+      cmp -s "$WORK/$domino/step_00000010/$f.rank0000$r.safetensors" \
+        "$WORK/${arch}_tp2_halves_$sp/step_00000010/$f.rank0000$r.safetensors" || same=0
+    done; done
+    [ $same = 1 ] && echo "ok: $domino bitwise equal to the halves in order (losses, weights, moments)" ||
+      fail "$domino differs from ${arch}_tp2_halves_$sp"
+  done
+  tp_bytes() { grep -oE '"tp":\{"bytes":[0-9]+' "$WORK/$1/metrics.jsonl" | head -1 | grep -oE '[0-9]+$'; }
+  [ -n "$(tp_bytes ${arch}_tp2)" ] && [ "$(tp_bytes ${arch}_tp2_domino)" = "$(tp_bytes ${arch}_tp2)" ] &&
+    echo "ok: ${arch} domino moves the same tp bytes ($(tp_bytes ${arch}_tp2))" ||
+    fail "${arch}: domino tp bytes $(tp_bytes ${arch}_tp2_domino) vs $(tp_bytes ${arch}_tp2)"
+  [ "$(grep -c '"tp_hidden_fraction":[01]' "$WORK/${arch}_tp2_domino/metrics.jsonl")" = 10 ] &&
+    grep -q "tp hidden" "$WORK/${arch}_tp2_domino.log" && echo "ok: ${arch} domino reports tp_hidden_fraction" ||
+    fail "${arch}: no tp_hidden_fraction in every step: $(head -c 300 "$WORK/${arch}_tp2_domino/metrics.jsonl")"
+
   # A checkpoint written at tp2 x dp2 (ZeRO-1) after 4 steps resumes at tp1, tp4 and dp4 to step 10;
   # one written at pp2 resumes at tp2, one at tp2 x pp2 at one process.
   run ${arch}_part 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=1 --set train.exit_after=4
@@ -112,4 +155,23 @@ expect_error "tokens do not split under tp_sp" "parallel.tp_sp" mpirun -np 4 --o
 expect_error "heads do not split over tp x ulysses" "sp_ulysses" mpirun -np 4 --oversubscribe "$ODYSSEY" train \
   --config "$cfg" --set parallel.tp=2 --set parallel.sp_ulysses=2 --set model.n_head=2 --set model.d_model=20 \
   --set "checkpoint.dir=$WORK/bad3"
+# Domino's halves must exist: tp > 1, whole rows (rows) or one row (tokens), each half split over tp
+# under TP-SP, both halves' activations kept.
+expect_error "domino without tp" "parallel.tp_overlap" "$ODYSSEY" train --config "$cfg" \
+  --set parallel.tp_overlap=domino --set "checkpoint.dir=$WORK/bad4"
+expect_error "domino rows with one row" "domino_split" mpirun -np 2 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=2 --set parallel.tp_overlap=domino --set train.micro_batch=1 \
+  --set "checkpoint.dir=$WORK/bad5"
+expect_error "domino tokens with two rows" "domino_split" mpirun -np 2 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=2 --set parallel.tp_overlap=domino --set parallel.domino_split=tokens \
+  --set "checkpoint.dir=$WORK/bad6"
+expect_error "domino halves do not split over tp" "parallel.tp_sp" mpirun -np 4 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=4 --set parallel.tp_overlap=domino --set parallel.domino_split=tokens \
+  --set train.micro_batch=1 --set model.seq_len=36 --set "checkpoint.dir=$WORK/bad7"
+expect_error "domino with full recompute" "memory.checkpoint" mpirun -np 2 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=2 --set parallel.tp_overlap=domino --set memory.checkpoint=full \
+  --set "checkpoint.dir=$WORK/bad8"
+expect_error "domino with smaller chunks" "memory.chunk_tokens" mpirun -np 2 --oversubscribe "$ODYSSEY" train \
+  --config "$cfg" --set parallel.tp=2 --set parallel.tp_overlap=domino --set memory.chunk_tokens=8 \
+  --set "checkpoint.dir=$WORK/bad9"
 finish

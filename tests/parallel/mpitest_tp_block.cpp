@@ -12,9 +12,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "odyssey/comm/comm_thread.h"
 #include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/kernels/rope.h"
@@ -107,14 +111,55 @@ Vec my_rows(const Vec& m, bool sp, int64_t N, int C, int t, int r, int chunk) {
   return out;
 }
 
-void check_blocks(bool sp, int chunk = 0) {
+// Domino (tensor-pipeline-parallelism.md §2): the blocks run over two halves of the rows (B rows of T
+// tokens: with B even the halves are rows, with B = 1 tokens), their tp reductions on a communication
+// thread, interleaved; query_chunks: plain TP's local attention per half (the trainer's layout).
+struct DominoRun {
+  bool on = false;
+  int B = 3, T = 12;
+  bool query_chunks = false;
+};
+
+// The domino run against the same blocks without Domino over the same two halves: at tp 2 bit for bit
+// (a sum of two values does not depend on the order), at tp 4 within fp32 rounding (the collectives'
+// summation order may differ); and the bytes of every collective kind the same as without halves.
+void expect_same_as_undivided(const Vec& got, const Vec& want, const char* what) {
+  if (world().size() == 2)
+    EXPECT_EQ(got, want) << what;
+  else
+    EXPECT_LT(rel_error(got, want), 1e-6) << what;
+}
+
+// Bytes and calls per collective kind of `f` (this rank's, every group).
+using Traffic = std::map<std::string, std::pair<uint64_t, uint64_t>>;
+Traffic traffic(const std::function<void()>& f) {
+  world().stats().reset();
+  f();
+  Traffic m;
+  for (auto& [kind, c] : world().stats().to_json()["by_kind"].items())
+    m[kind] = {c["bytes"].get<uint64_t>(), c["calls"].get<uint64_t>()};
+  return m;
+}
+
+void expect_halves_traffic(const Traffic& halves, const Traffic& whole) {
+  ASSERT_EQ(halves.size(), whole.size());
+  for (auto& [kind, c] : whole) {
+    EXPECT_EQ(halves.at(kind).first, c.first) << kind << " bytes";
+    EXPECT_EQ(halves.at(kind).second, 2 * c.second) << kind << " calls";
+  }
+}
+
+void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
   Communicator& w = world();
   static ProcessGrid grid(w, {.tp = w.size()});
   Communicator& tp = grid.tp();
   const int t = tp.size(), r = tp.rank();
+  if (domino.on && t == 1) GTEST_SKIP() << "Domino needs tp > 1";
   ModelConfig cfg;
-  cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 40, cfg.seq_len = 12, cfg.vocab_size = 64;
-  const BlockShape s{3, 12, cfg.d_model, cfg.n_head, chunk};
+  cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 40, cfg.seq_len = domino.T, cfg.vocab_size = 64;
+  if (domino.on) chunk = domino.B * domino.T / (sp ? t : 1) / 2;  // the two halves of a rank's rows
+  BlockShape s{domino.B, domino.T, cfg.d_model, cfg.n_head, chunk};
+  s.query_chunks = domino.query_chunks;
   const int C = s.C, N = s.N(), L = 2;
   std::vector<Layer> global = {random_layer(C, 100), random_layer(C, 200)};
   const Vec x = sp_test::uniform(size_t(N) * C, 7, 1.0f), dy = sp_test::uniform(size_t(N) * C, 8, 1.0f);
@@ -126,7 +171,7 @@ void check_blocks(bool sp, int chunk = 0) {
     const TpSplit split = lin.split();
     std::vector<Gpt2LayerActs> acts(L);
     Gpt2BlockScratch scratch;
-    scratch.allocate(cfg, s.B, s.T, false, true, s.chunk, split);
+    scratch.allocate(cfg, s.B, s.T, false, true, s.chunk, split, s.query_chunks);
     for (auto& a : acts) a.allocate(cfg, s.B, s.T, true, {}, split);
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
@@ -144,16 +189,50 @@ void check_blocks(bool sp, int chunk = 0) {
   Vec ref_out, ref_dx;
   run(local_linears(), global, ref_grads, x, dy, ref_out, ref_dx);
 
-  TensorParallelLinears lin(tp, sp);
+  std::unique_ptr<CommThread> thread;
+  if (domino.on) thread = std::make_unique<CommThread>(tp.split(0, r, "tp", tp.intra_node()));
+  TensorParallelLinears lin(tp, sp, thread.get());
   std::vector<Layer> local = {shard(global[0], C, t, r), shard(global[1], C, t, r)};
-  std::vector<Layer> grads = {Layer::zeros_like(local[0]), Layer::zeros_like(local[1])};
   auto mine = [&](const Vec& m) { return my_rows(m, sp, N, C, t, r, chunk); };
+  // The tp run (its traffic in *seen); under TP-SP the replicated tensors' partial gradients summed
+  // over tp once (the step's job).
+  auto run_tp = [&](LinearOps& ops, std::vector<Layer>& grads, Vec& out, Vec& dx, Traffic* seen) {
+    grads = {Layer::zeros_like(local[0]), Layer::zeros_like(local[1])};
+    const Traffic t_run = traffic([&] { run(ops, local, grads, mine(x), mine(dy), out, dx); });
+    if (seen) *seen = t_run;
+    if (sp)
+      for (Layer& g : grads)
+        for (Vec* v : {&g.ln1_w, &g.ln1_b, &g.ln2_w, &g.ln2_b, &g.attn_proj_b, &g.fc_proj_b})
+          tp_all_reduce(tp, v->data(), int64_t(v->size()));
+  };
+  std::vector<Layer> grads;
   Vec out, dx;
-  run(lin, local, grads, mine(x), mine(dy), out, dx);
-  if (sp)  // the replicated tensors' partial gradients, summed over tp once (the step's job)
-    for (Layer& g : grads)
-      for (Vec* v : {&g.ln1_w, &g.ln1_b, &g.ln2_w, &g.ln2_b, &g.attn_proj_b, &g.fc_proj_b})
-        tp_all_reduce(tp, v->data(), int64_t(v->size()));
+  Traffic halves;
+  run_tp(lin, grads, out, dx, &halves);
+  if (domino.on) {
+    EXPECT_GT(thread->take_times().comm_seconds, 0.0) << "the reductions ran on the thread";
+    TensorParallelLinears in_order(tp, sp);  // the same halves, one after the other
+    std::vector<Layer> want_grads;
+    Vec want_out, want_dx;
+    run_tp(in_order, want_grads, want_out, want_dx, nullptr);
+    expect_same_as_undivided(out, want_out, "output");
+    expect_same_as_undivided(dx, want_dx, "d input");
+    for (int l = 0; l < L; ++l) {
+      auto got = grads[l].all(), want = want_grads[l].all();
+      for (size_t i = 0; i < got.size(); ++i) expect_same_as_undivided(*got[i], *want[i], "gradient");
+    }
+    if (!domino.query_chunks) {  // without halves: the same bytes in half the calls
+      BlockShape whole = s;
+      whole.chunk = 0;
+      std::swap(s, whole);
+      auto m = [&](const Vec& v) { return my_rows(v, sp, N, C, t, r, 0); };
+      std::vector<Layer> g = {Layer::zeros_like(local[0]), Layer::zeros_like(local[1])};
+      Vec o, d;
+      const auto undivided = traffic([&] { run(in_order, local, g, m(x), m(dy), o, d); });
+      std::swap(s, whole);
+      expect_halves_traffic(halves, undivided);
+    }
+  }
 
   EXPECT_LT(rel_error(out, mine(ref_out)), 1e-5) << "output";
   EXPECT_LT(rel_error(dx, mine(ref_dx)), 1e-5) << "d input";
@@ -177,6 +256,16 @@ TEST(TensorParallelBlock, Gpt2SequenceParallel) {
 // Plain TP composes with sequence-chunked layers (chunks of 10 of the 36 rows: the last is short).
 TEST(TensorParallelBlock, Gpt2PlainChunked) {
   check_blocks(false, 10);
+}
+// Domino: rows (2 rows of 12) and tokens (1 row of 16), plain TP (whole and per-half attention) and TP-SP.
+TEST(TensorParallelBlock, Gpt2DominoRows) {
+  check_blocks(false, 0, {true, 2, 12});
+  check_blocks(false, 0, {true, 2, 12, true});
+  check_blocks(true, 0, {true, 2, 12});
+}
+TEST(TensorParallelBlock, Gpt2DominoTokens) {
+  check_blocks(false, 0, {true, 1, 16, true});
+  check_blocks(true, 0, {true, 1, 16});
 }
 
 // A Llama layer: attn_norm [C]; qkv = q [H D, C], k, v [K D, C] adjacent; o [C, H D]; mlp_norm [C];
@@ -227,17 +316,19 @@ LlamaLayer shard(const LlamaLayer& g, const LlamaDims& d, int t, int r) {
   return l;
 }
 
-void check_llama_blocks(bool sp, int K, int chunk = 0) {
+void check_llama_blocks(bool sp, int K, int chunk = 0, DominoRun domino = {}) {
   Communicator& w = world();
   static ProcessGrid grid(w, {.tp = w.size()});
   Communicator& tp = grid.tp();
   const int t = tp.size(), r = tp.rank();
+  if (domino.on && t == 1) GTEST_SKIP() << "Domino needs tp > 1";
   ModelConfig cfg;
   cfg.arch = "llama", cfg.n_layer = 2, cfg.n_head = 4, cfg.n_kv_head = K, cfg.d_model = 36,
   cfg.head_size = 10;
-  cfg.d_ff = 52, cfg.seq_len = 12, cfg.vocab_size = 64;
+  cfg.d_ff = 52, cfg.seq_len = domino.T, cfg.vocab_size = 64;
   const LlamaDims d{36, 4, K, 10, 52};
-  const int B = 3, T = 12, N = B * T, C = d.C, L = 2;
+  const int B = domino.B, T = domino.T, N = B * T, C = d.C, L = 2;
+  if (domino.on) chunk = N / (sp ? t : 1) / 2;  // the two halves of a rank's rows
   std::vector<LlamaLayer> global = {random_llama_layer(d, 300), random_llama_layer(d, 400)};
   const Vec x = sp_test::uniform(size_t(N) * C, 9, 1.0f), dy = sp_test::uniform(size_t(N) * C, 10, 1.0f);
   std::vector<int> positions(N);
@@ -248,11 +339,12 @@ void check_llama_blocks(bool sp, int K, int chunk = 0) {
 
   auto run = [&](LinearOps& lin, std::vector<LlamaLayer>& layers, std::vector<LlamaLayer>& grads,
                  const Vec& x_in, const Vec& dy_in, Vec& out, Vec& dx) {
-    const LlamaShape s = LlamaShape::of(cfg, B, T, chunk, lin.split());
+    LlamaShape s = LlamaShape::of(cfg, B, T, chunk, lin.split());
+    s.query_chunks = domino.query_chunks;
     LocalAttention attention(s.Hkv);
     std::vector<LlamaLayerActs> acts(L);
     LlamaBlockScratch scratch;
-    scratch.allocate(cfg, B, T, false, true, chunk, lin.split());
+    scratch.allocate(cfg, B, T, false, true, chunk, lin.split(), s.query_chunks);
     for (auto& a : acts) a.allocate(cfg, B, T, true, {}, lin.split());
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
@@ -272,21 +364,39 @@ void check_llama_blocks(bool sp, int K, int chunk = 0) {
   Vec ref_out, ref_dx;
   run(local_linears(), global, ref_grads, x, dy, ref_out, ref_dx);
 
-  TensorParallelLinears lin(tp, sp);
+  std::unique_ptr<CommThread> thread;
+  if (domino.on) thread = std::make_unique<CommThread>(tp.split(0, r, "tp", tp.intra_node()));
+  TensorParallelLinears lin(tp, sp, thread.get());
   std::vector<LlamaLayer> local = {shard(global[0], d, t, r), shard(global[1], d, t, r)};
-  std::vector<LlamaLayer> grads = {local[0].zeros(), local[1].zeros()};
   auto mine = [&](const Vec& m) { return my_rows(m, sp, N, C, t, r, chunk); };
-  Vec out, dx;
-  run(lin, local, grads, mine(x), mine(dy), out, dx);
   // The step's reductions: TP-SP norm gradients over tp; a replicated key/value head's over the t/K
   // ranks that hold it (§1.8).
   std::unique_ptr<Communicator> kv_group;
   if (t > K) kv_group = tp.split(r / (t / K), r, "tp_kv", tp.intra_node());
   const int64_t q_rows = int64_t(d.H / t) * d.D, kv_rows = 2 * int64_t(std::max(d.K / t, 1)) * d.D;
-  for (LlamaLayer& g : grads) {
-    if (sp)
-      for (Vec* v : {&g.attn_norm, &g.mlp_norm}) tp_all_reduce(tp, v->data(), int64_t(v->size()));
-    if (kv_group) tp_all_reduce(*kv_group, g.qkv_w.data() + q_rows * C, kv_rows * C);
+  auto run_tp = [&](LinearOps& ops, std::vector<LlamaLayer>& grads, Vec& out, Vec& dx) {
+    grads = {local[0].zeros(), local[1].zeros()};
+    run(ops, local, grads, mine(x), mine(dy), out, dx);
+    for (LlamaLayer& g : grads) {
+      if (sp)
+        for (Vec* v : {&g.attn_norm, &g.mlp_norm}) tp_all_reduce(tp, v->data(), int64_t(v->size()));
+      if (kv_group) tp_all_reduce(*kv_group, g.qkv_w.data() + q_rows * C, kv_rows * C);
+    }
+  };
+  std::vector<LlamaLayer> grads;
+  Vec out, dx;
+  run_tp(lin, grads, out, dx);
+  if (domino.on) {  // against the same halves one after the other
+    TensorParallelLinears in_order(tp, sp);
+    std::vector<LlamaLayer> want_grads;
+    Vec want_out, want_dx;
+    run_tp(in_order, want_grads, want_out, want_dx);
+    expect_same_as_undivided(out, want_out, "output");
+    expect_same_as_undivided(dx, want_dx, "d input");
+    for (int l = 0; l < L; ++l) {
+      auto got = grads[l].all(), want = want_grads[l].all();
+      for (size_t i = 0; i < got.size(); ++i) expect_same_as_undivided(*got[i], *want[i], "gradient");
+    }
   }
 
   EXPECT_LT(rel_error(out, mine(ref_out)), 1e-5) << "output";
@@ -316,6 +426,15 @@ TEST(TensorParallelBlock, LlamaMqaPlain) {
 }
 TEST(TensorParallelBlock, LlamaGqaPlainChunked) {
   check_llama_blocks(false, 2, 10);
+}
+TEST(TensorParallelBlock, LlamaGqaDominoRows) {
+  check_llama_blocks(false, 2, 0, {true, 2, 12});
+  check_llama_blocks(false, 2, 0, {true, 2, 12, true});
+  check_llama_blocks(true, 2, 0, {true, 2, 12});
+}
+TEST(TensorParallelBlock, LlamaGqaDominoTokens) {
+  check_llama_blocks(false, 2, 0, {true, 1, 16, true});
+  check_llama_blocks(true, 2, 0, {true, 1, 16});
 }
 // TP-SP over sequence chunks (a rank's 36 / t rows in chunks of 4, the last short at tp 4): each
 // chunk's column linear gathers the ranks' rows of that chunk, so the rank's tokens interleave by chunk.

@@ -18,6 +18,7 @@ namespace {
 
 std::unique_ptr<MpiCommunicator> g_world;
 std::string g_program = "odyssey";
+int g_thread_level = MPI_THREAD_SINGLE;
 
 bool mpi_active() {
   int initialized = 0, finalized = 0;
@@ -57,10 +58,13 @@ void init_runtime(int& argc, char**& argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    // MULTIPLE when the library has it (a communication thread may then call MPI beside the main
+    // thread: comm/comm_thread.h); the engine itself needs FUNNELED only.
     int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     if (provided < MPI_THREAD_FUNNELED) abort_job("MPI does not provide MPI_THREAD_FUNNELED");
   }
+  MPI_Query_thread(&g_thread_level);
   // A private duplicate, so library traffic never matches messages of other code on WORLD.
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
@@ -72,6 +76,10 @@ void init_runtime(int& argc, char**& argv) {
   g_world = std::make_unique<MpiCommunicator>(comm, "world", local_size == size, true);
   std::set_terminate(on_terminate);
   std::atexit(finalize_runtime);
+}
+
+bool runtime_thread_multiple() {
+  return g_world && g_thread_level >= MPI_THREAD_MULTIPLE;
 }
 
 bool runtime_initialized() {

@@ -11,11 +11,14 @@
 
 namespace odyssey {
 
-// MPI_Init_thread with MPI_THREAD_FUNNELED (only the main thread calls MPI; OpenMP threads
-// compute). Works as a single rank without mpirun (Open MPI singleton). Registers
-// finalize_runtime() to run at exit. Calling it again is a no-op.
+// MPI_Init_thread asking for MPI_THREAD_MULTIPLE, requiring MPI_THREAD_FUNNELED (the main thread calls
+// MPI; OpenMP threads compute; a communication thread, comm/comm_thread.h, needs MULTIPLE). Works as a single
+// rank without mpirun (Open MPI singleton). Registers finalize_runtime() to run at exit. Calling it again is
+// a no-op.
 void init_runtime(int& argc, char**& argv);
 bool runtime_initialized();
+// Whether MPI gave MPI_THREAD_MULTIPLE (threads beside the main one may call MPI).
+bool runtime_thread_multiple();
 // Frees the world communicator and calls MPI_Finalize; safe to call more than once.
 void finalize_runtime();
 

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/elementwise.h"
 #include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/layernorm.h"
+#include "odyssey/model/domino.h"
 #include "odyssey/model/kv_prefix.h"
 
 namespace odyssey {
@@ -97,7 +99,8 @@ void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_
   // unless it holds one chunk: then dkv carries it.
   fit(datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C))), fit(dqkv, b * A * 3 * C / t);
   fit(dkv, qc ? b * N * std::max(size_t(q.kv.width()), C) : 0);
-  fit(dln, b * R * C), fit(dfch, b * R * G * 4 * C / t), fit(dfch_gelu, b * R * G * 4 * C / t);
+  fit(dln, b * R * C * size_t(tp.slots())), fit(dfch, b * R * G * 4 * C / t),
+      fit(dfch_gelu, b * R * G * 4 * C / t);
 }
 
 size_t Gpt2BlockScratch::bytes() const {
@@ -113,7 +116,7 @@ size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shar
   const size_t A = qc ? R : N;
   return (N * C / t * (shared_qkv ? 3 : 0) +
           (backward ? (qc ? A * C / t : std::max(N * C / t, Rn * C)) + A * C / t * 3 +
-                          (qc ? N * std::max(size_t(q.kv.width()), C) : 0) + R * C * (1 + G * 8 / t)
+                          (qc ? N * std::max(size_t(q.kv.width()), C) : 0) + R * C * (tp.slots() + G * 8 / t)
                     : 0)) *
          sizeof(float);
 }
@@ -130,6 +133,9 @@ namespace {
 struct Split {
   int t, G, H, W1, W3, W4;  // W1 = C/t (attention output), W3 = 3C/t (qkv), W4 = 4C/t (MLP)
   RowChunks rc;
+  int slots;  // collectives in flight at once: 2 under Domino (model/domino.h), else 1
+  bool interleave() const { return slots > 1; }
+  int slot(int j) const { return j % slots; }
   Split(const LinearOps& lin, const BlockShape& s)
       : t(lin.tp()),
         G(s.N() / int(lin.rows(s.N()))),
@@ -137,7 +143,8 @@ struct Split {
         W1(s.C / t),
         W3(3 * s.C / t),
         W4(4 * s.C / t),
-        rc{s.query_chunks.rows(int(lin.rows(s.N())), s.chunk, s.T)} {}
+        rc{s.query_chunks.rows(int(lin.rows(s.N())), s.chunk, s.T)},
+        slots(lin.split().slots()) {}
 };
 
 // Layer-norm 1 and the qkv projection of chunk j into its rows dst [n G, 3C/t].
@@ -152,39 +159,60 @@ void qkv_chunk_forward(Gpt2LayerActs& a, float* dst, const float* x, const Gpt2L
   lin.column_forward(dst, ln1, w.qkv_w, w.qkv_b, {n * p.G, C, p.W3, "qkv", o});
 }
 
-// The rest of chunk j after the attention: residual2, ln2, fc and gelu, and with out (the layer's
-// output [R, C]) the MLP's projection and residual3.
-void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2LayerTensors& w,
-                       LinearOps& lin, const Split& p, int j, int C, OpObserver* o) {
+// The rest of chunk j after the attention, in Domino's three steps (model/domino.h; f: the chunk's
+// collective in flight between them):
+//   0: the attention projection's GEMM into residual2, its reduction started;
+//   1: finished (+ bias), + x, ln2, fc, gelu, and with out (the layer's output [R, C]) the MLP
+//      projection's GEMM into the chunk's rows of out, its reduction started;
+//   2: finished (+ bias), + residual2.
+void mlp_chunk_step(Gpt2LayerActs& a, float* out, const float* x, const Gpt2LayerTensors& w, LinearOps& lin,
+                    const Split& p, int j, int step, InFlight& f, int C, OpObserver* o) {
   const int r = p.rc.begin(j), n = p.rc.size(j), R = p.rc.N, gn = n * p.G;
   const size_t nC = size_t(n) * C;
   float* residual2 = row_at(a.residual2, r, R, C);
   float* ln2 = row_at(a.ln2, r, R, C);
   float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
   float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
-  // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
-  lin.row_forward(residual2, row_at(a.atty, r, R, size_t(p.G) * p.W1), w.attn_proj_w, w.attn_proj_b,
-                  {gn, p.W1, C, "attn_proj", o});
-  observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
-  observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(ln2, row_at(a.ln2_mean, r, R, 1), row_at(a.ln2_rstd, r, R, 1), residual2, w.ln2_w,
-                      w.ln2_b, n, C);
-  });
-  lin.column_forward(fch, ln2, w.fc_w, w.fc_b, {gn, C, p.W4, "fc", o});
-  observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, size_t(gn) * p.W4); });
-  if (!out) return;
-  float* y = out + size_t(r) * C;
-  lin.row_forward(y, fch_gelu, w.fc_proj_w, w.fc_proj_b, {gn, p.W4, C, "fc_proj", o});
-  observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+  float* y = out ? out + size_t(r) * C : nullptr;
+  if (step == 0) {
+    // residual2 = x + atty W_proj^T + b (the projection is written into residual2, then x added)
+    f = lin.row_forward_start(residual2, row_at(a.atty, r, R, size_t(p.G) * p.W1), w.attn_proj_w,
+                              w.attn_proj_b, {gn, p.W1, C, "attn_proj", o}, p.slot(j));
+  } else if (step == 1) {
+    finish(f);
+    observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
+    observed(o, "layernorm.fwd", 0, [&] {
+      layernorm_forward(ln2, row_at(a.ln2_mean, r, R, 1), row_at(a.ln2_rstd, r, R, 1), residual2, w.ln2_w,
+                        w.ln2_b, n, C);
+    });
+    lin.column_forward(fch, ln2, w.fc_w, w.fc_b, {gn, C, p.W4, "fc", o});
+    observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, size_t(gn) * p.W4); });
+    if (y)
+      f = lin.row_forward_start(y, fch_gelu, w.fc_proj_w, w.fc_proj_b, {gn, p.W4, C, "fc_proj", o},
+                                p.slot(j));
+  } else if (y) {
+    finish(f);
+    observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+  }
 }
 
-// The backward of chunk j's MLP and attention projection (recomputing first what `re` says):
-// residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))), residual2 = x + proj(atty). d(residual)
-// rows in dres go from d(residual3) to d(residual2); datty: the chunk's d(atty) rows [n G, C/t].
-void mlp_chunk_backward(float* dres, float* datty, Gpt2LayerActs& a, const float* x,
-                        const Gpt2LayerTensors& w, const Gpt2LayerTensors& g, LinearOps& lin,
-                        Gpt2BlockScratch& sc, const Split& p, int j, int C, OpObserver* o,
-                        const Recompute& re) {
+// The three steps in order; without out (a recompute) up to the gelu.
+void mlp_chunk_forward(Gpt2LayerActs& a, float* out, const float* x, const Gpt2LayerTensors& w,
+                       LinearOps& lin, const Split& p, int j, int C, OpObserver* o) {
+  InFlight f;
+  for (int k = 0; k < 3; ++k) mlp_chunk_step(a, out, x, w, lin, p, j, k, f, C, o);
+}
+
+// The backward of chunk j's MLP and attention projection in two steps (model/domino.h; f: the fc
+// backward's dx reduction in flight between them): residual3 = residual2 + fc_proj(gelu(fc(ln2(residual2)))),
+// residual2 = x + proj(atty). d(residual) rows in dres go from d(residual3) to d(residual2); datty: the
+// chunk's d(atty) rows [n G, C/t].
+//   0: the recompute `re` asks for, fc_proj backward, gelu backward, fc backward started;
+//   1: finished, ln2 backward, attn_proj backward.
+void mlp_chunk_backward_step(float* dres, float* datty, Gpt2LayerActs& a, const float* x,
+                             const Gpt2LayerTensors& w, const Gpt2LayerTensors& g, LinearOps& lin,
+                             Gpt2BlockScratch& sc, const Split& p, int j, int step, InFlight& f, int C,
+                             OpObserver* o, const Recompute& re) {
   const int R = p.rc.N, r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
   const size_t gW4 = size_t(gn) * p.W4, nC = size_t(n) * C;
   float* ln2 = row_at(a.ln2, r, R, C);
@@ -193,21 +221,26 @@ void mlp_chunk_backward(float* dres, float* datty, Gpt2LayerActs& a, const float
   float* residual2 = row_at(a.residual2, r, R, C);
   float* ln2_mean = row_at(a.ln2_mean, r, R, 1);
   float* ln2_rstd = row_at(a.ln2_rstd, r, R, 1);
-  if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, p, j, C, o);
-  if (re.cheap) {  // the forward's own calls on the kept residual2 and fch
-    observed(o, "layernorm.fwd", 0,
-             [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
-    observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
-  }
   float* dr = dres + size_t(r) * C;
-  float *dfch_gelu = nullptr, *dfch = nullptr, *dln = nullptr;
-  observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, gW4); });
-  lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
-                   {gn, p.W4, C, "fc_proj", o});
-  observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, gW4); });
-  observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
-  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, nC); });
-  lin.column_backward(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o});
+  float* dln = sc.dln.data() + size_t(p.slot(j)) * p.rc.chunk_rows() * C;
+  if (step == 0) {
+    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, p, j, C, o);
+    if (re.cheap) {  // the forward's own calls on the kept residual2 and fch
+      observed(o, "layernorm.fwd", 0,
+               [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
+      observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
+    }
+    float *dfch_gelu = nullptr, *dfch = nullptr;
+    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, gW4); });
+    lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
+                     {gn, p.W4, C, "fc_proj", o});
+    observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, gW4); });
+    observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
+    observed(o, "memset.act_grads", 0, [&] { std::memset(dln, 0, nC * sizeof(float)); });
+    f = lin.column_backward_start(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o}, p.slot(j));
+    return;
+  }
+  finish(f);
   observed(o, "layernorm.bwd", 0, [&] {
     layernorm_backward(dr, g.ln2_w, g.ln2_b, dln, residual2, w.ln2_w, ln2_mean, ln2_rstd, n, C);
   });
@@ -215,22 +248,40 @@ void mlp_chunk_backward(float* dres, float* datty, Gpt2LayerActs& a, const float
                    w.attn_proj_w, {gn, p.W1, C, "attn_proj", o});
 }
 
-// The backward of chunk j's qkv projection and ln1 from its d(qkv) rows dqkv [n G, 3C/t] (ln1 rerun
-// first when rerun_ln1: its buffer holds another chunk, or the cheap policy dropped it).
-void qkv_chunk_backward(float* dres, const float* dqkv, Gpt2LayerActs& a, const float* x,
+void mlp_chunk_backward(float* dres, float* datty, Gpt2LayerActs& a, const float* x,
                         const Gpt2LayerTensors& w, const Gpt2LayerTensors& g, LinearOps& lin,
-                        Gpt2BlockScratch& sc, const Split& p, int j, int C, OpObserver* o, bool rerun_ln1) {
+                        Gpt2BlockScratch& sc, const Split& p, int j, int C, OpObserver* o,
+                        const Recompute& re) {
+  InFlight f;
+  for (int k = 0; k < 2; ++k) mlp_chunk_backward_step(dres, datty, a, x, w, g, lin, sc, p, j, k, f, C, o, re);
+}
+
+// The backward of chunk j's qkv projection and ln1 from its d(qkv) rows dqkv [n G, 3C/t], in two steps
+// (f: the qkv backward's dx reduction in flight between them):
+//   0: ln1 rerun when rerun_ln1 (its buffer holds another chunk, or the cheap policy dropped it), the
+//      qkv backward started;
+//   1: finished, ln1 backward.
+void qkv_chunk_backward_step(float* dres, const float* dqkv, Gpt2LayerActs& a, const float* x,
+                             const Gpt2LayerTensors& w, const Gpt2LayerTensors& g, LinearOps& lin,
+                             Gpt2BlockScratch& sc, const Split& p, int j, int step, InFlight& f, int C,
+                             OpObserver* o, bool rerun_ln1) {
   const int R = p.rc.N, r = p.rc.begin(j), n = p.rc.size(j);
   float* dr = dres + size_t(r) * C;
   float* ln1 = row_at(a.ln1, r, R, C);
   float* ln1_mean = row_at(a.ln1_mean, r, R, 1);
   float* ln1_rstd = row_at(a.ln1_rstd, r, R, 1);
-  float* dln = nullptr;
-  if (rerun_ln1)
-    observed(o, "layernorm.fwd", 0,
-             [&] { layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C); });
-  observed(o, "memset.act_grads", 0, [&] { dln = zeroed(sc.dln, size_t(n) * C); });
-  lin.column_backward(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w, {n * p.G, C, p.W3, "qkv", o});
+  float* dln = sc.dln.data() + size_t(p.slot(j)) * p.rc.chunk_rows() * C;
+  if (step == 0) {
+    if (rerun_ln1)
+      observed(o, "layernorm.fwd", 0, [&] {
+        layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
+      });
+    observed(o, "memset.act_grads", 0, [&] { std::memset(dln, 0, size_t(n) * C * sizeof(float)); });
+    f = lin.column_backward_start(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w, {n * p.G, C, p.W3, "qkv", o},
+                                  p.slot(j));
+    return;
+  }
+  finish(f);
   observed(o, "layernorm.bwd", 0, [&] {
     layernorm_backward(dr, g.ln1_w, g.ln1_b, dln, x + size_t(r) * C, w.ln1_w, ln1_mean, ln1_rstd, n, C);
   });
@@ -262,14 +313,17 @@ void chunked_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w
       a.qkv.size() >= size_t(p.rc.chunk_rows()) * p.W3 && a.atty.size() >= size_t(p.rc.chunk_rows()) * p.W1,
       "block forward: no query-chunk activations for {} tokens", N);
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, s.query_chunks.kv);
-  for (int j = 0; j < p.rc.count(); ++j) {
-    const int r = p.rc.begin(j), n = p.rc.size(j);
-    float* qkv = row_at(a.qkv, r, N, p.W3);
-    qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
-    store_kv(a.kv, qkv, r, n, attention, s.query_chunks.kv, s.T, p.H, s.D());
-    attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
-    mlp_chunk_forward(a, a.residual3.data(), x, w, lin, p, j, s.C, o);
-  }
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 3, p.interleave(), false, [&](int j, int k) {
+    if (k == 0) {
+      const int r = p.rc.begin(j), n = p.rc.size(j);
+      float* qkv = row_at(a.qkv, r, N, p.W3);
+      qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
+      store_kv(a.kv, qkv, r, n, attention, s.query_chunks.kv, s.T, p.H, s.D());
+      attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
+    }
+    mlp_chunk_step(a, a.residual3.data(), x, w, lin, p, j, k, pending[size_t(j)], s.C, o);
+  });
 }
 
 // Chunks last first (long-context-memory.md §4.3): query chunk j is the last to add to dK and dV of its
@@ -292,25 +346,32 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, p.H, s.D());
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())) * 2 * p.W1); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
-  for (int j = last; j >= 0; --j) {
+  // Two steps per chunk (model/domino.h): everything up to the qkv backward's start, then its finish
+  // and ln1's backward; under Domino the next chunk's backward runs while the reduction is in flight.
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 2, p.interleave(), true, [&](int j, int k) {
     const int r = p.rc.begin(j), n = p.rc.size(j);
-    float* qkv = row_at(a.qkv, r, N, p.W3);
-    if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
-    if (re.attention || (out_local && j != last)) attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
-    float *datty = nullptr, *dqkv = nullptr;
-    observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * p.W1); });
-    mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, p, j, s.C, o, re);
-    observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(n) * p.W3); });
-    observed(o, "attention.bwd", 4.0 * p.H * double(n) * s.T * s.D(), [&] {
-      attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv,
-                               kv, r, n, s.T, p.H, s.D());
-    });
+    float* dqkv = sc.dqkv.data();
+    if (k == 0) {
+      float* qkv = row_at(a.qkv, r, N, p.W3);
+      if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
+      if (re.attention || (out_local && j != last))
+        attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
+      float* datty = nullptr;
+      observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * p.W1); });
+      mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, p, j, s.C, o, re);
+      observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dqkv, size_t(n) * p.W3); });
+      observed(o, "attention.bwd", 4.0 * p.H * double(n) * s.T * s.D(), [&] {
+        attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv,
+                                 kv, r, n, s.T, p.H, s.D());
+      });
+    }
     // ln1 is current when the qkv recompute above (or the forward's last chunk) wrote it.
-    qkv_chunk_backward(dres, dqkv, a, x, w, g, lin, sc, p, j, s.C, o,
-                       !q_local && (re.cheap || re.token_local));
-  }
+    qkv_chunk_backward_step(dres, dqkv, a, x, w, g, lin, sc, p, j, k, pending[size_t(j)], s.C, o,
+                            !q_local && (re.cheap || re.token_local));
+  });
 }
 
 }  // namespace
@@ -331,7 +392,10 @@ void gpt2_block_forward(Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors
   // QK^T and PV over the causal half, the whole sequence at once (this rank's heads).
   observed(o, "attention.fwd", 2.0 * s.B * p.H * double(s.T) * s.T * s.D(),
            [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
-  for (int j = 0; j < p.rc.count(); ++j) mlp_chunk_forward(a, a.residual3.data(), x, w, lin, p, j, C, o);
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 3, p.interleave(), false, [&](int j, int k) {
+    mlp_chunk_step(a, a.residual3.data(), x, w, lin, p, j, k, pending[size_t(j)], C, o);
+  });
 }
 
 void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2LayerTensors& w,
@@ -340,7 +404,8 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   const int N = s.N(), C = s.C;
   const Split p(lin, s);
   ODY_CHECK(sc.dfch.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
-                a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4,
+                a.fch_gelu.size() >= size_t(p.rc.chunk_rows()) * p.G * p.W4 &&
+                sc.dln.size() >= size_t(p.slots) * p.rc.chunk_rows() * C,
             "block backward: no backward scratch for {} tokens", N);
   if (query_chunked(s, p, attention))
     return chunked_backward(dres, a, x, w, g, attention, lin, sc, p, s, o, re);
@@ -354,8 +419,11 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   float* datty = nullptr;
   float* dqkv = nullptr;
   observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * p.W1); });
-  for (int j = 0; j < p.rc.count(); ++j)
-    mlp_chunk_backward(dres, datty + size_t(p.rc.begin(j)) * p.G * p.W1, a, x, w, g, lin, sc, p, j, C, o, re);
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
+    mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * p.W1, a, x, w, g, lin, sc, p, j, k,
+                            pending[size_t(j)], C, o, re);
+  });
   // Attention over the whole sequence.
   observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * p.W3); });
   observed(o, "attention.bwd", 4.0 * s.B * p.H * double(s.T) * s.T * s.D(), [&] {
@@ -365,9 +433,10 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   // qkv and ln1, chunk by chunk (ln1 recomputed when its buffer holds one chunk of several, or was
   // dropped by the cheap policy).
   const bool rerun_ln1 = re.cheap || (re.token_local && p.rc.count() > 1);
-  for (int j = 0; j < p.rc.count(); ++j)
-    qkv_chunk_backward(dres, dqkv + size_t(p.rc.begin(j)) * p.G * p.W3, a, x, w, g, lin, sc, p, j, C, o,
-                       rerun_ln1);
+  chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
+    qkv_chunk_backward_step(dres, dqkv + size_t(p.rc.begin(j)) * p.G * p.W3, a, x, w, g, lin, sc, p, j, k,
+                            pending[size_t(j)], C, o, rerun_ln1);
+  });
 }
 
 }  // namespace odyssey

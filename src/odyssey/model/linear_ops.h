@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 
 #include "odyssey/model/op_observer.h"
 
@@ -23,10 +24,14 @@ namespace odyssey {
 class DeferredWeightGrads;
 
 // How a layer is split over a tensor-parallel group of t ranks (the shapes its buffers take).
+// overlap: Domino (model/domino.h) keeps two chunks' collectives in flight, so a block's scratch for
+// a column backward's dx holds two chunks.
 struct TpSplit {
   int t = 1;
   bool sequence_parallel = false;
+  bool overlap = false;
   int64_t rows(int64_t n) const { return sequence_parallel ? n / t : n; }
+  int slots() const { return overlap ? 2 : 1; }
 };
 
 // The token of the group's n that rank q's residual row k holds under TP-SP. A rank's residual rows
@@ -39,6 +44,19 @@ inline int64_t tp_sp_token(int64_t n, int t, int q, int64_t k, int chunk) {
   const int64_t R = n / t, m = chunk > 0 && chunk < R ? chunk : R;
   const int64_t j = k / m, i = k % m, rows = std::min(m, R - j * m);
   return j * t * m + q * rows + i;
+}
+
+// A linear's collective still in flight (Domino, tensor-pipeline-parallelism.md §2): a *_start call
+// returns it; finish() waits for it and completes the call. Null: nothing was left in flight.
+class LinearInFlight {
+ public:
+  virtual ~LinearInFlight() = default;
+  virtual void finish() = 0;
+};
+using InFlight = std::unique_ptr<LinearInFlight>;
+inline void finish(InFlight& f) {
+  if (f) f->finish();
+  f.reset();
 }
 
 struct LinearCall {
@@ -54,8 +72,11 @@ class LinearOps {
   virtual int tp() const { return 1; }
   virtual int tp_rank() const { return 0; }
   virtual bool sequence_parallel() const { return false; }
+  // Whether a started collective progresses while the caller computes (Domino's communication
+  // thread): the blocks then interleave their two row chunks (model/domino.h).
+  virtual bool overlaps() const { return false; }
   int64_t rows(int64_t n) const { return split().rows(n); }
-  TpSplit split() const { return {tp(), sequence_parallel()}; }
+  TpSplit split() const { return {tp(), sequence_parallel(), overlaps()}; }
 
   // y_r [n, out] = x_full W_r^T + b_r; x [rows(n), in]; W_r [out, in]; b_r [out] or null.
   virtual void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
@@ -71,6 +92,23 @@ class LinearOps {
   // this rank holds (under TP-SP a partial sum over the tp group, which the step sums once).
   virtual void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
                             const float* W_r, const LinearCall& c) = 0;
+
+  // Domino's halves of row_forward and column_backward: start runs the GEMMs and starts the
+  // collective (row_forward: the reduction of y; column_backward: the reduction of dx, the weight
+  // gradient computed while it runs), finish() waits for it and writes y (+ b) or dx. slot (0 or 1)
+  // names the scratch the call holds while in flight, so two chunks' calls may be. start + finish is
+  // exactly row_forward / column_backward; by default (one rank, or no overlap) start does it all.
+  virtual InFlight row_forward_start(float* y, const float* x_r, const float* W_r, const float* b,
+                                     const LinearCall& c, int /*slot*/) {
+    row_forward(y, x_r, W_r, b, c);
+    return nullptr;
+  }
+  virtual InFlight column_backward_start(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                         const float* x, const float* W_r, const LinearCall& c,
+                                         int /*slot*/) {
+    column_backward(dx, dW_r, db_r, dy_r, x, W_r, c);
+    return nullptr;
+  }
 
   // The same backwards split for zero-bubble pipelines (model/deferred_weight_grads.h): dx and the
   // bias gradient now, exactly as above; the weight gradient's GEMM (local on every rank: dW_r +=

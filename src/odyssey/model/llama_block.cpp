@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/elementwise.h"
 #include "odyssey/kernels/rmsnorm.h"
 #include "odyssey/kernels/rope.h"
 #include "odyssey/kernels/swiglu.h"
+#include "odyssey/model/domino.h"
 #include "odyssey/model/kv_prefix.h"
 
 namespace odyssey {
@@ -111,7 +113,7 @@ void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared
         fit(dkv, b * N * std::max(C, size_t(q.kv.width())));
   else
     fit(datty, b * N * std::max(C, size_t(s.H) * s.D)), fit(dqkv, b * N * W), fit(dkv, 0);
-  fit(dnorm, b * R * size_t(s.C)), fit(dh, b * R * G * size_t(s.F)),
+  fit(dnorm, b * R * size_t(s.C) * size_t(tp.slots())), fit(dh, b * R * G * size_t(s.F)),
       fit(dgate_up, b * R * G * 2 * size_t(s.F));
 }
 
@@ -129,7 +131,7 @@ size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool sha
   // Whole: datty, dqkv [N, ...]; query chunks: datty, dqkv [R, ...] and dkv [N, ...].
   const size_t whole = backward && !qc ? std::max(C, HD) + W : 0;
   const size_t kv_rows = backward && qc ? std::max(C, size_t(q.kv.width())) : 0;
-  const size_t local = backward ? C + G * 3 * size_t(s.F) + (qc ? HD + W : 0) : 0;
+  const size_t local = backward ? C * size_t(tp.slots()) + G * 3 * size_t(s.F) + (qc ? HD + W : 0) : 0;
   return (N * ((shared_qkv ? W : 0) + whole + kv_rows) + R * local) * sizeof(float);
 }
 
@@ -142,11 +144,17 @@ namespace {
 
 // The residual stream's rows in chunks and the token rows of the projections per residual row (G:
 // tp under TP-SP, else 1).
+// slots: collectives in flight at once, 2 under Domino (model/domino.h).
 struct Rows {
   RowChunks rc;
   int G;
+  int slots;
+  bool interleave() const { return slots > 1; }
+  int slot(int j) const { return j % slots; }
   Rows(const LinearOps& lin, const LlamaShape& s)
-      : rc{s.query_chunks.rows(int(lin.rows(s.N())), s.chunk, s.T)}, G(s.N() / rc.N) {}
+      : rc{s.query_chunks.rows(int(lin.rows(s.N())), s.chunk, s.T)},
+        G(s.N() / rc.N),
+        slots(lin.split().slots()) {}
 };
 
 // RMSNorm, the qkv projection and RoPE of chunk j into its rows dst [n G, W].
@@ -169,36 +177,55 @@ void qkv_chunk_forward(LlamaLayerActs& a, float* dst, const float* x, const Llam
   });
 }
 
-// The rest of chunk j after the attention: residual2, RMSNorm, gate|up and SwiGLU, and with out (the
-// layer's output [R, C]) the down projection and residual3.
-void mlp_chunk_forward(LlamaLayerActs& a, float* out, const float* x, const LlamaLayerTensors& w,
-                       LinearOps& lin, const LlamaShape& s, const Rows& p, int j, OpObserver* o) {
+// The rest of chunk j after the attention, in Domino's three steps (model/domino.h; f: the chunk's
+// collective in flight between them):
+//   0: the output projection's GEMM into residual2, its reduction started;
+//   1: finished, + x, RMSNorm, gate|up, SwiGLU, and with out (the layer's output [R, C]) the down
+//      projection's GEMM into the chunk's rows of out, its reduction started;
+//   2: finished, + residual2.
+void mlp_chunk_step(LlamaLayerActs& a, float* out, const float* x, const LlamaLayerTensors& w, LinearOps& lin,
+                    const LlamaShape& s, const Rows& p, int j, int step, InFlight& f, OpObserver* o) {
   const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G, C = s.C, HD = s.H * s.D, F = s.F, R = p.rc.N;
   const size_t nC = size_t(n) * C;
   float* residual2 = row_at(a.residual2, r, R, C);
   float* bn = row_at(a.bn, r, R, C);
   float* gate_up = row_at(a.gate_up, r, R, size_t(p.G) * 2 * F);
   float* h = row_at(a.h, r, R, size_t(p.G) * F);
-  lin.row_forward(residual2, row_at(a.atty, r, R, size_t(p.G) * HD), w.o_w, nullptr,
-                  {gn, HD, C, "attn_proj", o});
-  observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
-  observed(o, "rmsnorm.fwd", 0,
-           [&] { rmsnorm_forward(bn, row_at(a.bn_rstd, r, R, 1), residual2, w.mlp_norm, n, C, s.eps); });
-  lin.column_forward(gate_up, bn, w.gate_up_w, nullptr, {gn, C, 2 * F, "gate_up", o});
-  observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
-  if (!out) return;
-  float* y = out + size_t(r) * C;
-  lin.row_forward(y, h, w.down_w, nullptr, {gn, F, C, "down", o});
-  observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+  float* y = out ? out + size_t(r) * C : nullptr;
+  if (step == 0) {
+    f = lin.row_forward_start(residual2, row_at(a.atty, r, R, size_t(p.G) * HD), w.o_w, nullptr,
+                              {gn, HD, C, "attn_proj", o}, p.slot(j));
+  } else if (step == 1) {
+    finish(f);
+    observed(o, "residual.add", 0, [&] { accumulate(residual2, x + size_t(r) * C, nC); });
+    observed(o, "rmsnorm.fwd", 0,
+             [&] { rmsnorm_forward(bn, row_at(a.bn_rstd, r, R, 1), residual2, w.mlp_norm, n, C, s.eps); });
+    lin.column_forward(gate_up, bn, w.gate_up_w, nullptr, {gn, C, 2 * F, "gate_up", o});
+    observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
+    if (y) f = lin.row_forward_start(y, h, w.down_w, nullptr, {gn, F, C, "down", o}, p.slot(j));
+  } else if (y) {
+    finish(f);
+    observed(o, "residual.add", 0, [&] { accumulate(y, residual2, nC); });
+  }
 }
 
-// The backward of chunk j's MLP and output projection (recomputing first what `re` says): residual3 =
-// residual2 + down(swiglu(gate_up(rmsnorm(residual2)))), residual2 = x + o_proj(atty). datty: the
-// chunk's d(atty) rows [n G, H D].
-void mlp_chunk_backward(float* dres, float* datty, LlamaLayerActs& a, const float* x,
-                        const LlamaLayerTensors& w, const LlamaLayerTensors& g, LinearOps& lin,
-                        LlamaBlockScratch& sc, const LlamaShape& s, const Rows& p, int j, OpObserver* o,
-                        const Recompute& re) {
+// The three steps in order; without out (a recompute) up to the SwiGLU.
+void mlp_chunk_forward(LlamaLayerActs& a, float* out, const float* x, const LlamaLayerTensors& w,
+                       LinearOps& lin, const LlamaShape& s, const Rows& p, int j, OpObserver* o) {
+  InFlight f;
+  for (int k = 0; k < 3; ++k) mlp_chunk_step(a, out, x, w, lin, s, p, j, k, f, o);
+}
+
+// The backward of chunk j's MLP and output projection in two steps (model/domino.h; f: the gate|up
+// backward's dx reduction in flight between them): residual3 = residual2 +
+// down(swiglu(gate_up(rmsnorm(residual2)))), residual2 = x + o_proj(atty). datty: the chunk's d(atty)
+// rows [n G, H D].
+//   0: the recompute `re` asks for, down backward, SwiGLU backward, gate|up backward started;
+//   1: finished, RMSNorm backward, o_proj backward.
+void mlp_chunk_backward_step(float* dres, float* datty, LlamaLayerActs& a, const float* x,
+                             const LlamaLayerTensors& w, const LlamaLayerTensors& g, LinearOps& lin,
+                             LlamaBlockScratch& sc, const LlamaShape& s, const Rows& p, int j, int step,
+                             InFlight& f, OpObserver* o, const Recompute& re) {
   const int R = p.rc.N, C = s.C, HD = s.H * s.D, F = s.F;
   const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
   const size_t nC = size_t(n) * C;
@@ -207,49 +234,70 @@ void mlp_chunk_backward(float* dres, float* datty, LlamaLayerActs& a, const floa
   float* bn_rstd = row_at(a.bn_rstd, r, R, 1);
   float* gate_up = row_at(a.gate_up, r, R, size_t(p.G) * 2 * F);
   float* h = row_at(a.h, r, R, size_t(p.G) * F);
-  if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, s, p, j, o);
-  if (re.cheap) {  // the forward's own calls on the kept residual2 and gate_up
-    observed(o, "rmsnorm.fwd", 0, [&] { rmsnorm_forward(bn, bn_rstd, residual2, w.mlp_norm, n, C, s.eps); });
-    observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
-  }
   float* dr = dres + size_t(r) * C;
-  float *dh = nullptr, *dnorm = nullptr;
-  float* dgate_up = sc.dgate_up.data();
-  observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(gn) * F); });
-  lin.row_backward(dh, g.down_w, nullptr, dr, h, w.down_w, {gn, F, C, "down", o});
-  observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, gate_up, gn, F); });
-  observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, nC); });
-  lin.column_backward(dnorm, g.gate_up_w, nullptr, dgate_up, bn, w.gate_up_w, {gn, C, 2 * F, "gate_up", o});
+  float* dnorm = sc.dnorm.data() + size_t(p.slot(j)) * p.rc.chunk_rows() * C;
+  if (step == 0) {
+    if (re.token_local) mlp_chunk_forward(a, nullptr, x, w, lin, s, p, j, o);
+    if (re.cheap) {  // the forward's own calls on the kept residual2 and gate_up
+      observed(o, "rmsnorm.fwd", 0,
+               [&] { rmsnorm_forward(bn, bn_rstd, residual2, w.mlp_norm, n, C, s.eps); });
+      observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
+    }
+    float* dh = nullptr;
+    float* dgate_up = sc.dgate_up.data();
+    observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(gn) * F); });
+    lin.row_backward(dh, g.down_w, nullptr, dr, h, w.down_w, {gn, F, C, "down", o});
+    observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, gate_up, gn, F); });
+    observed(o, "memset.act_grads", 0, [&] { std::memset(dnorm, 0, nC * sizeof(float)); });
+    f = lin.column_backward_start(dnorm, g.gate_up_w, nullptr, dgate_up, bn, w.gate_up_w,
+                                  {gn, C, 2 * F, "gate_up", o}, p.slot(j));
+    return;
+  }
+  finish(f);
   observed(o, "rmsnorm.bwd", 0,
            [&] { rmsnorm_backward(dr, g.mlp_norm, dnorm, residual2, w.mlp_norm, bn_rstd, n, C); });
   lin.row_backward(datty, g.o_w, nullptr, dr, row_at(a.atty, r, R, size_t(p.G) * HD), w.o_w,
                    {gn, HD, C, "attn_proj", o});
 }
 
+void mlp_chunk_backward(float* dres, float* datty, LlamaLayerActs& a, const float* x,
+                        const LlamaLayerTensors& w, const LlamaLayerTensors& g, LinearOps& lin,
+                        LlamaBlockScratch& sc, const LlamaShape& s, const Rows& p, int j, OpObserver* o,
+                        const Recompute& re) {
+  InFlight f;
+  for (int k = 0; k < 2; ++k) mlp_chunk_backward_step(dres, datty, a, x, w, g, lin, sc, s, p, j, k, f, o, re);
+}
+
 // The backward of chunk j's RoPE, qkv projection and RMSNorm from its d(qkv) rows dq [n G, W] (rotated
-// back in place; the norm rerun first when rerun_norm).
-void qkv_chunk_backward(float* dres, float* dq, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
-                        const LlamaLayerTensors& g, LinearOps& lin, LlamaBlockScratch& sc,
-                        const LlamaShape& s, const RopeTables& rope, const Rows& p, int j, OpObserver* o,
-                        bool rerun_norm) {
+// back in place), in two steps (f: the qkv backward's dx reduction in flight between them):
+//   0: RoPE backward, the norm rerun when rerun_norm, the qkv backward started;
+//   1: finished, RMSNorm backward.
+void qkv_chunk_backward_step(float* dres, float* dq, LlamaLayerActs& a, const float* x,
+                             const LlamaLayerTensors& w, const LlamaLayerTensors& g, LinearOps& lin,
+                             LlamaBlockScratch& sc, const LlamaShape& s, const RopeTables& rope,
+                             const Rows& p, int j, int step, InFlight& f, OpObserver* o, bool rerun_norm) {
   const int R = p.rc.N, C = s.C, W = s.qkv_width(), HD = s.H * s.D;
   const int r = p.rc.begin(j), n = p.rc.size(j), gr = r * p.G, gn = n * p.G;
   const size_t half = size_t(s.D) / 2;
   float* an = row_at(a.an, r, R, C);
   float* an_rstd = row_at(a.an_rstd, r, R, 1);
   float* dr = dres + size_t(r) * C;
-  float* dnorm = nullptr;
-  const float* cos = rope.cos + size_t(gr) * half;
-  const float* sin = rope.sin + size_t(gr) * half;
-  observed(o, "rope.bwd", 0, [&] {
-    rope_backward(dq, W, gn, s.H, s.D, cos, sin);
-    rope_backward(dq + HD, W, gn, s.Hkv, s.D, cos, sin);
-  });
-  if (rerun_norm)
-    observed(o, "rmsnorm.fwd", 0,
-             [&] { rmsnorm_forward(an, an_rstd, x + size_t(r) * C, w.attn_norm, n, C, s.eps); });
-  observed(o, "memset.act_grads", 0, [&] { dnorm = zeroed(sc.dnorm, size_t(n) * C); });
-  lin.column_backward(dnorm, g.qkv_w, nullptr, dq, an, w.qkv_w, {gn, C, W, "qkv", o});
+  float* dnorm = sc.dnorm.data() + size_t(p.slot(j)) * p.rc.chunk_rows() * C;
+  if (step == 0) {
+    const float* cos = rope.cos + size_t(gr) * half;
+    const float* sin = rope.sin + size_t(gr) * half;
+    observed(o, "rope.bwd", 0, [&] {
+      rope_backward(dq, W, gn, s.H, s.D, cos, sin);
+      rope_backward(dq + HD, W, gn, s.Hkv, s.D, cos, sin);
+    });
+    if (rerun_norm)
+      observed(o, "rmsnorm.fwd", 0,
+               [&] { rmsnorm_forward(an, an_rstd, x + size_t(r) * C, w.attn_norm, n, C, s.eps); });
+    observed(o, "memset.act_grads", 0, [&] { std::memset(dnorm, 0, size_t(n) * C * sizeof(float)); });
+    f = lin.column_backward_start(dnorm, g.qkv_w, nullptr, dq, an, w.qkv_w, {gn, C, W, "qkv", o}, p.slot(j));
+    return;
+  }
+  finish(f);
   observed(o, "rmsnorm.bwd", 0,
            [&] { rmsnorm_backward(dr, g.attn_norm, dnorm, x + size_t(r) * C, w.attn_norm, an_rstd, n, C); });
 }
@@ -280,14 +328,17 @@ void chunked_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTensors&
       a.qkv.size() >= size_t(p.rc.chunk_rows()) * W && a.atty.size() >= size_t(p.rc.chunk_rows()) * s.H * s.D,
       "block forward: no query-chunk activations for {} tokens", N);
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, s.query_chunks.kv);
-  for (int j = 0; j < p.rc.count(); ++j) {
-    const int r = p.rc.begin(j), n = p.rc.size(j);
-    float* qkv = row_at(a.qkv, r, N, W);
-    qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
-    store_kv(a.kv, qkv, r, n, attention, s.query_chunks.kv, s.T, s.H, s.D);
-    attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
-    mlp_chunk_forward(a, a.residual3.data(), x, w, lin, s, p, j, o);
-  }
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 3, p.interleave(), false, [&](int j, int k) {
+    if (k == 0) {
+      const int r = p.rc.begin(j), n = p.rc.size(j);
+      float* qkv = row_at(a.qkv, r, N, W);
+      qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+      store_kv(a.kv, qkv, r, n, attention, s.query_chunks.kv, s.T, s.H, s.D);
+      attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
+    }
+    mlp_chunk_step(a, a.residual3.data(), x, w, lin, s, p, j, k, pending[size_t(j)], o);
+  });
 }
 
 // Chunks last first, as gpt2_block.cpp's chunked_backward; RoPE's backward rotates dq and the chunk's
@@ -310,25 +361,32 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, s.H, s.D);
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
+  observed(o, "memset.act_grads", 0,
+           [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())) * 2 * s.Hkv* s.D); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
-  for (int j = last; j >= 0; --j) {
+  // Two steps per chunk (model/domino.h), as gpt2_block.cpp's chunked_backward.
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 2, p.interleave(), true, [&](int j, int k) {
     const int r = p.rc.begin(j), n = p.rc.size(j);
-    float* qkv = row_at(a.qkv, r, N, W);
-    if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
-    if (re.attention || (out_local && j != last)) attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
-    float *datty = nullptr, *dqkv = nullptr;
-    observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * HD); });
-    mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, s, p, j, o, re);
-    observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(n) * W); });
-    observed(o, "attention.bwd", 4.0 * s.H * double(n) * s.T * s.D, [&] {
-      attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, HD), row_at(a.lse, r, N, s.H), qkv, kv,
-                               r, n, s.T, s.H, s.D);
-    });
+    float* dqkv = sc.dqkv.data();
+    if (k == 0) {
+      float* qkv = row_at(a.qkv, r, N, W);
+      if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
+      if (re.attention || (out_local && j != last))
+        attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
+      float* datty = nullptr;
+      observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * HD); });
+      mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, s, p, j, o, re);
+      observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dqkv, size_t(n) * W); });
+      observed(o, "attention.bwd", 4.0 * s.H * double(n) * s.T * s.D, [&] {
+        attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, HD), row_at(a.lse, r, N, s.H), qkv,
+                                 kv, r, n, s.T, s.H, s.D);
+      });
+    }
     // The norm is current when the qkv recompute above (or the forward's last chunk) wrote it.
-    qkv_chunk_backward(dres, dqkv, a, x, w, g, lin, sc, s, rope, p, j, o,
-                       !q_local && (re.cheap || re.token_local));
-  }
+    qkv_chunk_backward_step(dres, dqkv, a, x, w, g, lin, sc, s, rope, p, j, k, pending[size_t(j)], o,
+                            !q_local && (re.cheap || re.token_local));
+  });
 }
 
 }  // namespace
@@ -346,7 +404,10 @@ void llama_block_forward(LlamaLayerActs& a, const float* x, const LlamaLayerTens
     qkv_chunk_forward(a, qkv + size_t(p.rc.begin(j)) * p.G * s.qkv_width(), x, w, lin, s, rope, p, j, o);
   observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
            [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
-  for (int j = 0; j < p.rc.count(); ++j) mlp_chunk_forward(a, a.residual3.data(), x, w, lin, s, p, j, o);
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 3, p.interleave(), false, [&](int j, int k) {
+    mlp_chunk_step(a, a.residual3.data(), x, w, lin, s, p, j, k, pending[size_t(j)], o);
+  });
 }
 
 void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const LlamaLayerTensors& w,
@@ -356,7 +417,8 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
   const int N = s.N(), W = s.qkv_width(), HD = s.H * s.D, F = s.F;
   const Rows p(lin, s);
   ODY_CHECK(sc.dgate_up.size() >= size_t(p.rc.chunk_rows()) * p.G * 2 * F &&
-                a.h.size() >= size_t(p.rc.chunk_rows()) * p.G * F,
+                a.h.size() >= size_t(p.rc.chunk_rows()) * p.G * F &&
+                sc.dnorm.size() >= size_t(p.slots) * p.rc.chunk_rows() * s.C,
             "block backward: no backward scratch for {} tokens", N);
   if (query_chunked(s, p, attention))
     return chunked_backward(dres, a, x, w, g, attention, lin, sc, s, rope, p, o, re);
@@ -369,8 +431,11 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
   float *datty = nullptr, *dqkv = nullptr;
   observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * HD); });
-  for (int j = 0; j < p.rc.count(); ++j)
-    mlp_chunk_backward(dres, datty + size_t(p.rc.begin(j)) * p.G * HD, a, x, w, g, lin, sc, s, p, j, o, re);
+  std::vector<InFlight> pending(size_t(p.rc.count()));
+  chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
+    mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * HD, a, x, w, g, lin, sc, s, p, j, k,
+                            pending[size_t(j)], o, re);
+  });
   // Attention over the whole sequence.
   observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * W); });
   observed(o, "attention.bwd", 4.0 * s.B * s.H * double(s.T) * s.T * s.D, [&] {
@@ -380,9 +445,10 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
   // RoPE, qkv and RMSNorm, chunk by chunk (the norm recomputed when its buffer holds one chunk of
   // several, or was dropped by the cheap policy).
   const bool rerun_norm = re.cheap || (re.token_local && p.rc.count() > 1);
-  for (int j = 0; j < p.rc.count(); ++j)
-    qkv_chunk_backward(dres, dqkv + size_t(p.rc.begin(j)) * p.G * W, a, x, w, g, lin, sc, s, rope, p, j, o,
-                       rerun_norm);
+  chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
+    qkv_chunk_backward_step(dres, dqkv + size_t(p.rc.begin(j)) * p.G * W, a, x, w, g, lin, sc, s, rope, p, j,
+                            k, pending[size_t(j)], o, rerun_norm);
+  });
 }
 
 }  // namespace odyssey

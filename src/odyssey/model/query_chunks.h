@@ -1,8 +1,10 @@
 // Whether a layer's attention runs per query chunk against the K/V prefix (long-context-memory.md
 // §4.2, §4.3, §4.8), decided in one place for the stage, its activations and its blocks: the attention
 // op can (the local op, Ulysses without a ring), the layer is not split over TP-SP (whose chunks gather
-// every rank's tokens and run the whole-sequence attention), and the layer's rows make more than one
-// chunk. Query-chunked layers chunk their rows per sequence (RowChunks::seq).
+// every rank's tokens and run the whole-sequence attention) nor run as Domino's two halves (whose
+// interleaved schedule, model/domino.h, keeps exactly two chunks in flight: per-sequence query chunks
+// could make more), and the layer's rows make more than one chunk. Query-chunked layers chunk their rows per
+// sequence (RowChunks::seq).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +35,7 @@ struct QueryChunks {
 inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int64_t rows, int chunk, int H,
                                 int D) {
   QueryChunks q;
-  q.on = op.chunks_queries() && !(split.t > 1 && split.sequence_parallel) &&
+  q.on = op.chunks_queries() && !(split.t > 1 && split.sequence_parallel) && !split.overlap &&
          RowChunks{int(rows), chunk}.count() > 1;
   if (q.on) q.kv = op.kv_prefix(H, D);
   return q;

@@ -1,6 +1,7 @@
 #include "odyssey/parallel/tp_linear.h"
 
 #include <cstring>
+#include <functional>
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/elementwise.h"
@@ -23,7 +24,28 @@ void add_bias(float* y, const float* b, int64_t rows, int cols) {
   for (int64_t i = 0; i < rows; ++i) accumulate(y + i * cols, b, size_t(cols));
 }
 
+// A call's reduction in flight (null: already done) and what completes the call after it.
+class Pending : public LinearInFlight {
+ public:
+  Pending(RequestPtr request, OpObserver* observer, std::function<void()> then)
+      : request_(std::move(request)), observer_(observer), then_(std::move(then)) {}
+  void finish() override {
+    if (request_) observed(observer_, "comm.tp.wait", 0, [&] { request_->wait(); });
+    then_();
+  }
+
+ private:
+  RequestPtr request_;
+  OpObserver* observer_;
+  std::function<void()> then_;
+};
+
 }  // namespace
+
+size_t TensorParallelLinears::overlap_bytes_for(int64_t n, int width, const TpSplit& split) {
+  if (!split.overlap) return 0;
+  return size_t(n + (split.sequence_parallel ? split.rows(n) : 0)) * size_t(width) * sizeof(float);
+}
 
 const float* TensorParallelLinears::gathered(const float* x, int64_t n, int X, const LinearCall& c) {
   if (!sequence_parallel_) return x;
@@ -39,31 +61,41 @@ void TensorParallelLinears::column_forward(float* y_r, const float* x, const flo
 
 void TensorParallelLinears::column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r,
                                             const float* x, const float* W_r, const LinearCall& c) {
-  column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, nullptr);
+  InFlight f = column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, nullptr, 0);
+  finish(f);
+}
+
+InFlight TensorParallelLinears::column_backward_start(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                                      const float* x, const float* W_r, const LinearCall& c,
+                                                      int slot) {
+  return column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, nullptr, slot);
 }
 
 void TensorParallelLinears::column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r,
                                                   const float* x, const float* W_r, const LinearCall& c,
                                                   DeferredWeightGrads& later) {
-  column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, &later);
+  InFlight f = column_backward_split(dx, dW_r, db_r, dy_r, x, W_r, c, &later, 0);
+  finish(f);
 }
 
-void TensorParallelLinears::column_backward_split(float* dx, float* dW_r, float* db_r, const float* dy_r,
-                                                  const float* x, const float* W_r, const LinearCall& c,
-                                                  DeferredWeightGrads* later) {
+InFlight TensorParallelLinears::column_backward_split(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                                      const float* x, const float* W_r, const LinearCall& c,
+                                                      DeferredWeightGrads* later, int slot) {
   const float* x_full = gathered(x, c.n, c.in, c);
   // dx_partial [n, in]: this rank's output features' share of dx, reduced over tp (plain: all-reduce
   // to the full dx; TP-SP: reduce-scatter to this rank's slice) while the weight gradient is computed.
-  float* dxp = zeroed(partial_, c.n * c.in);
+  float* dxp = zeroed(partial_[slot], c.n * c.in);
   observed_backward_input(c, dxp, dy_r, W_r);
   const int64_t count = rows(c.n) * c.in;
   float* reduced = dxp;
   RequestPtr pending;
   if (tp_.size() > 1 && sequence_parallel_) {
-    reduced = reduced_.at_least(size_t(count));
-    pending = tp_.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
+    reduced = reduced_[slot].at_least(size_t(count));
+    pending = overlap_ ? overlap_->reduce_scatter(dxp, reduced, size_t(count))
+                       : tp_.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
   } else if (tp_.size() > 1) {
-    pending = tp_.all_reduce_async(dxp, size_t(count), DType::f32);
+    pending = overlap_ ? overlap_->all_reduce(dxp, size_t(count))
+                       : tp_.all_reduce_async(dxp, size_t(count), DType::f32);
   }
   // (Recorded: x_full is copied, the gather's scratch being reused.)
   if (later)
@@ -71,22 +103,40 @@ void TensorParallelLinears::column_backward_split(float* dx, float* dW_r, float*
   else
     observed_backward_weight(c, dW_r, dy_r, x_full);
   observed_backward_bias(c, db_r, dy_r, c.n);
-  if (pending) observed(c.observer, "comm.tp.wait", 0, [&] { pending->wait(); });
-  accumulate(dx, reduced, size_t(count));
+  return std::make_unique<Pending>(std::move(pending), c.observer,
+                                   [=] { accumulate(dx, reduced, size_t(count)); });
 }
 
 void TensorParallelLinears::row_forward(float* y, const float* x_r, const float* W_r, const float* b,
                                         const LinearCall& c) {
+  InFlight f = row_forward_start(y, x_r, W_r, b, c, 0);
+  finish(f);
+}
+
+InFlight TensorParallelLinears::row_forward_start(float* y, const float* x_r, const float* W_r,
+                                                  const float* b, const LinearCall& c, int slot) {
+  RequestPtr pending;
   if (sequence_parallel_) {
-    float* p = partial_.at_least(size_t(c.n * c.out));
+    float* p = partial_[slot].at_least(size_t(c.n * c.out));
     observed_forward(c, p, x_r, W_r, nullptr);
-    observed(c.observer, "comm.tp.reduce_scatter", 0,
-             [&] { tp_reduce_scatter_tokens(tp_, p, y, c.n, c.out); });
+    if (overlap_)
+      pending = overlap_->reduce_scatter(p, y, size_t(rows(c.n) * c.out));
+    else
+      observed(c.observer, "comm.tp.reduce_scatter", 0,
+               [&] { tp_reduce_scatter_tokens(tp_, p, y, c.n, c.out); });
   } else {
     observed_forward(c, y, x_r, W_r, nullptr);
-    observed(c.observer, "comm.tp.all_reduce", 0, [&] { tp_all_reduce(tp_, y, c.n * c.out); });
+    if (overlap_)
+      pending = overlap_->all_reduce(y, size_t(c.n * c.out));
+    else
+      observed(c.observer, "comm.tp.all_reduce", 0, [&] { tp_all_reduce(tp_, y, c.n * c.out); });
   }
-  if (b) add_bias(y, b, rows(c.n), c.out);  // after the reduction: before it, it would count t times
+  // The bias after the reduction: before it, it would count t times.
+  const int64_t n = rows(c.n);
+  const int out = c.out;
+  return std::make_unique<Pending>(std::move(pending), c.observer, [=] {
+    if (b) add_bias(y, b, n, out);
+  });
 }
 
 void TensorParallelLinears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy,

@@ -9,8 +9,15 @@
 // Backward runs the adjoints. The column backward's dx collective is started before the weight
 // gradient GEMM so the two overlap; under TP-SP the column input is gathered again in backward
 // (Megatron's default: the gathered copy is not kept).
+//
+// Domino (parallel.tp_overlap = domino, tensor-pipeline-parallelism.md §2): with a communication
+// thread (comm/comm_thread.h, a duplicate of the tp group) every reduction of the row forward and of
+// the column backward's dx runs there, so it progresses while the rank computes, and the blocks keep
+// two chunks' reductions in flight (row_forward_start / column_backward_start, two scratch slots).
+// The gathers stay on the tp communicator, blocking.
 #pragma once
 
+#include "odyssey/comm/comm_thread.h"
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/linear_ops.h"
@@ -19,12 +26,14 @@ namespace odyssey {
 
 class TensorParallelLinears : public LinearOps {
  public:
-  TensorParallelLinears(Communicator& tp, bool sequence_parallel)
-      : tp_(tp), sequence_parallel_(sequence_parallel) {}
+  // overlap: Domino's communication thread over a duplicate of tp (null: reductions on tp).
+  TensorParallelLinears(Communicator& tp, bool sequence_parallel, CommThread* overlap = nullptr)
+      : tp_(tp), sequence_parallel_(sequence_parallel), overlap_(overlap) {}
 
   int tp() const override { return tp_.size(); }
   int tp_rank() const override { return tp_.rank(); }
   bool sequence_parallel() const override { return sequence_parallel_; }
+  bool overlaps() const override { return overlap_ != nullptr; }
 
   void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
                       const LinearCall& c) override;
@@ -39,23 +48,35 @@ class TensorParallelLinears : public LinearOps {
                              const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
   void row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
                           const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
+  InFlight row_forward_start(float* y, const float* x_r, const float* W_r, const float* b,
+                             const LinearCall& c, int slot) override;
+  InFlight column_backward_start(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                                 const float* W_r, const LinearCall& c, int slot) override;
 
   // Scratch held between calls (the gathered input or output gradient, the partial sums, a
-  // reduce-scatter's result: n * max(in, out) floats each at most).
-  size_t bytes() const { return full_.bytes() + partial_.bytes() + reduced_.bytes(); }
+  // reduce-scatter's result: n * max(in, out) floats each at most; Domino's second slot of the last two).
+  size_t bytes() const {
+    return full_.bytes() + partial_[0].bytes() + reduced_[0].bytes() + partial_[1].bytes() +
+           reduced_[1].bytes();
+  }
+  // What Domino's second slot adds for calls of n tokens of the group at most `width` features wide:
+  // a partial sum [n, width] and, under TP-SP, a reduce-scatter's result [n / t, width].
+  static size_t overlap_bytes_for(int64_t n, int width, const TpSplit& split);
 
  private:
   // x [rows(n), X] -> [n, X]: x itself, or under TP-SP the all-gather of the token slices into full_.
   const float* gathered(const float* x, int64_t n, int X, const LinearCall& c);
-  // The backwards, the weight GEMM run now (later null) or recorded in *later.
-  void column_backward_split(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
-                             const float* W_r, const LinearCall& c, DeferredWeightGrads* later);
+  // The backwards, the weight GEMM run now (later null) or recorded in *later; the column backward's
+  // dx reduction left in flight in scratch slot `slot`.
+  InFlight column_backward_split(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                                 const float* W_r, const LinearCall& c, DeferredWeightGrads* later, int slot);
   void row_backward_split(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
                           const float* W_r, const LinearCall& c, DeferredWeightGrads* later);
 
   Communicator& tp_;
   bool sequence_parallel_;
-  FloatBuffer full_, partial_, reduced_;
+  CommThread* overlap_;
+  FloatBuffer full_, partial_[2], reduced_[2];
 };
 
 }  // namespace odyssey

@@ -190,6 +190,8 @@ const std::map<std::string, Key>& keys() {
       ODY_ENUM_KEY("parallel.sp_ring_layout", parallel.sp_ring_layout, kRingLayoutNames),
       ODY_KEY("parallel.tp", int, parallel.tp),
       ODY_KEY("parallel.tp_sp", bool, parallel.tp_sp),
+      ODY_ENUM_KEY("parallel.tp_overlap", parallel.tp_overlap, kTpOverlapNames),
+      ODY_ENUM_KEY("parallel.domino_split", parallel.domino_split, kDominoSplitNames),
       ODY_KEY("parallel.pp", int, parallel.pp),
       ODY_ENUM_KEY("parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames),
       ODY_KEY("parallel.pp_virtual", int, parallel.pp_virtual),
@@ -261,6 +263,12 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   return config;
 }
 
+int RunConfig::layer_chunk_rows() const {
+  if (parallel.tp_overlap != TpOverlap::domino) return memory.chunk_tokens;
+  const int64_t tokens = int64_t(train.micro_batch) * seq_len() / (parallel.sp_ulysses * parallel.sp_ring);
+  return int((parallel.tp_sp ? tokens / parallel.tp : tokens) / 2);
+}
+
 nlohmann::json run_config_to_json(const RunConfig& config) {
   nlohmann::json record = nlohmann::json::object();
   for (const auto& [name, key] : keys()) {
@@ -328,6 +336,44 @@ void RunConfig::validate(int world_size) const {
               "parallel.tp_sp: a micro-batch's {} tokens per rank (train.micro_batch x train.seq_len / "
               "sequence parallelism) do not split over parallel.tp = {}",
               tokens, p.tp);
+  }
+  if (p.tp_overlap == TpOverlap::domino) {
+    // Domino's halves are the layers' two row chunks: each must be whole rows (rows) or half of the one
+    // row's tokens (tokens), and under TP-SP split over tp again (tensor-pipeline-parallelism.md §2.4).
+    const int64_t tokens = int64_t(t.micro_batch) * seq_len() / (p.sp_ulysses * p.sp_ring);
+    ODY_CHECK(p.tp > 1,
+              "parallel.tp_overlap = domino overlaps tensor-parallel communication: it needs "
+              "parallel.tp > 1 (got {})",
+              p.tp);
+    ODY_CHECK(p.pp == 1, "parallel.tp_overlap = domino is not combined with parallel.pp > 1 yet (got {})",
+              p.pp);
+    if (p.domino_split == DominoSplit::rows)
+      ODY_CHECK(t.micro_batch % 2 == 0,
+                "parallel.domino_split = rows splits a micro-batch into two halves of its rows: "
+                "train.micro_batch must be even (got {}; with one row use domino_split = tokens)",
+                t.micro_batch);
+    else
+      ODY_CHECK(t.micro_batch == 1 && tokens % 2 == 0,
+                "parallel.domino_split = tokens splits the one row of a micro-batch into two halves of its "
+                "tokens: it needs train.micro_batch = 1 (got {}; use domino_split = rows) and an even number "
+                "of tokens per rank (got {})",
+                t.micro_batch, tokens);
+    ODY_CHECK(!p.tp_sp || (tokens / 2) % p.tp == 0,
+              "parallel.tp_overlap = domino with parallel.tp_sp: each half of a micro-batch's {} tokens per "
+              "rank must split over parallel.tp = {}",
+              tokens, p.tp);
+    const int64_t half = (p.tp_sp ? tokens / p.tp : tokens) / 2;
+    ODY_CHECK(
+        memory.chunk_tokens == 0 || memory.chunk_tokens >= half,
+        "parallel.tp_overlap = domino runs a layer's token-local ops in two halves of {} rows per rank: "
+        "memory.chunk_tokens must be 0 or at least that (got {})",
+        half, memory.chunk_tokens);
+    ODY_CHECK(memory.checkpoint == CheckpointPolicy::none || memory.checkpoint == CheckpointPolicy::cheap ||
+                  memory.checkpoint == CheckpointPolicy::automatic,
+              "parallel.tp_overlap = domino keeps both halves' token-local activations while one half's "
+              "collective is in flight: memory.checkpoint must be none, cheap or auto (which then chooses "
+              "between those two), got {}",
+              enum_name(kCheckpointPolicyNames, memory.checkpoint));
   }
   if (p.sp_ulysses * p.sp_ring > 1) {
     // The sequence split and the head split (of the heads a tp rank holds) must work for this model,

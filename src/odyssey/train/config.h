@@ -23,6 +23,16 @@ enum class Precision { fp32, bf16 };
 inline constexpr EnumNames<Precision, 2> kPrecisionNames = {
     {{"fp32", Precision::fp32}, {"bf16", Precision::bf16}}};
 
+// parallel.tp_overlap: Domino (tensor-pipeline-parallelism.md §2) hides the tensor-parallel reductions
+// behind the other half of the micro-batch; parallel.domino_split: which half (rows: the first and last
+// B/2 rows; tokens: with one row, the first and last half of its tokens).
+enum class TpOverlap { none, domino };
+inline constexpr EnumNames<TpOverlap, 2> kTpOverlapNames = {
+    {{"none", TpOverlap::none}, {"domino", TpOverlap::domino}}};
+enum class DominoSplit { rows, tokens };
+inline constexpr EnumNames<DominoSplit, 2> kDominoSplitNames = {
+    {{"rows", DominoSplit::rows}, {"tokens", DominoSplit::tokens}}};
+
 struct DataConfig {
   std::string train;  // token shard file or glob
   std::string val;    // optional
@@ -56,6 +66,8 @@ struct ParallelConfig {
   // residuals on token slices, all-gather before the column-parallel GEMMs, reduce-scatter after the
   // row-parallel ones.
   bool tp_sp = true;
+  TpOverlap tp_overlap = TpOverlap::none;
+  DominoSplit domino_split = DominoSplit::rows;
   RingLayout sp_ring_layout = RingLayout::zigzag;  // token order across ring ranks
   int zero_stage = 0;
   int ranks_per_node = 0;  // 0: as MPI reports
@@ -123,6 +135,9 @@ struct RunConfig {
   }
   // Checks values and their combinations for a run on world_size ranks; fails naming the keys.
   void validate(int world_size) const;
+  // The layers' row chunks (memory.chunk_tokens as the stages take it): under Domino the two halves of
+  // a micro-batch's residual rows on a rank, else memory.chunk_tokens.
+  int layer_chunk_rows() const;
 };
 
 // Every key with its value, as {"section": {"key": value}} (choices by name): the run record a

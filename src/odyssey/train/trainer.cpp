@@ -149,6 +149,7 @@ struct Run {
   std::string auto_note;  // which policy memory.checkpoint = auto picked, and why (logged at start)
   // Tensor parallelism (parallel.tp > 1): the stages' linear and vocabulary ops over the tp group, the
   // kv group (replicated key/value heads), and each stage's gradient plan.
+  std::unique_ptr<CommThread> tp_overlap;  // parallel.tp_overlap = domino: its reductions' thread
   std::unique_ptr<TensorParallelLinears> tp_linears;
   std::unique_ptr<VocabParallelOps> tp_vocab;
   std::unique_ptr<Communicator> kv_group;
@@ -175,7 +176,15 @@ struct Run {
     const int P = c.parallel.pp, v = P > 1 ? c.parallel.pp_virtual : 1;
     Communicator& tp = grid.tp();
     if (tp.size() > 1) {
-      tp_linears = std::make_unique<TensorParallelLinears>(tp, c.parallel.tp_sp);
+      if (c.parallel.tp_overlap == TpOverlap::domino) {
+        // A duplicate of the tp group, used by the communication thread alone (its bytes count as tp's).
+        ODY_CHECK(
+            runtime_thread_multiple(),
+            "parallel.tp_overlap = domino runs the tensor-parallel reductions on a communication "
+            "thread, which needs an MPI library with MPI_THREAD_MULTIPLE (this one does not provide it)");
+        tp_overlap = std::make_unique<CommThread>(tp.split(0, tp.rank(), tp.name(), tp.intra_node()));
+      }
+      tp_linears = std::make_unique<TensorParallelLinears>(tp, c.parallel.tp_sp, tp_overlap.get());
       tp_vocab = std::make_unique<VocabParallelOps>(tp, c.model.vocab_size, c.parallel.tp_sp);
       // Collective over the world: every rank takes part, those without a replicated head with -1.
       const int color =
@@ -196,7 +205,7 @@ struct Run {
     policy = automatic ? CheckpointPolicy::none : c.memory.checkpoint;
     for (auto& model : models) {
       model->set_memory(
-          automatic ? MemoryOptions{CheckpointPolicy::none, c.memory.head_chunk_tokens, c.memory.chunk_tokens}
+          automatic ? MemoryOptions{CheckpointPolicy::none, c.memory.head_chunk_tokens, c.layer_chunk_rows()}
                     : memory_options(c.memory.checkpoint));
       engines.push_back(std::make_unique<ZeroEngine>(*model, replicas, zero_options(c, grid), optimizer));
     }
@@ -221,7 +230,7 @@ struct Run {
   // once it exists (start_offload), memory.offload_dir until then (only sized, never written).
   MemoryOptions memory_options(CheckpointPolicy checkpoint) const {
     const MemoryConfig& m = config.memory;
-    return MemoryOptions{checkpoint, m.head_chunk_tokens, m.chunk_tokens, m.tier,
+    return MemoryOptions{checkpoint, m.head_chunk_tokens, config.layer_chunk_rows(), m.tier,
                          offload_dir ? offload_dir->path() : m.offload_dir};
   }
   // memory.tier = disk: this rank's scratch directory, and the stages told to use it.
@@ -314,6 +323,11 @@ struct Run {
         disk += model->offload_bytes_for(tc.micro_batch, n.tokens_per_rank);
       }
       n.activations_per_rank = std::max(largest, recorded) * size_t(in_flight) + recorded;
+      if (tp_overlap) {  // Domino's second reduction in flight: its partial sums (and TP-SP slice)
+        const TpSplit split{grid.tp().size(), config.parallel.tp_sp, true};
+        const int64_t half = int64_t(config.layer_chunk_rows()) * (split.sequence_parallel ? split.t : 1);
+        n.activations_per_rank += TensorParallelLinears::overlap_bytes_for(half, config.model.d_model, split);
+      }
       n.offload_per_rank = disk * uint64_t(in_flight);
       n.tier = enum_name(kMemoryTierNames, config.memory.tier);
       n.ranks_on_host = host_layout(world).local_size;
@@ -331,6 +345,8 @@ struct Run {
       std::vector<CheckpointPolicy> policies = {CheckpointPolicy::none, CheckpointPolicy::cheap,
                                                 CheckpointPolicy::keep_attention, CheckpointPolicy::full};
       if (config.memory.tier == MemoryTier::disk) policies.erase(policies.begin(), policies.begin() + 2);
+      // Domino keeps both halves' token-local activations: the policies that keep them.
+      if (config.parallel.tp_overlap == TpOverlap::domino) policies.resize(2);
       for (CheckpointPolicy policy : policies) {
         need = need_for(policy);
         const bool fits = fits_host_memory(need, tc.host_memory_gb, host_available);
@@ -439,12 +455,22 @@ struct Run {
                                    tp_linears ? &grid.tp() : nullptr);
   }
 
+  // Domino's layout (logged at start and by --dry-run); empty without it.
+  std::string domino_note() const {
+    if (!tp_overlap) return "";
+    return fmt::format(
+        "parallel.tp_overlap = domino: each layer in two halves of {} residual rows per rank (domino_split = "
+        "{}), the tp reductions on a communication thread",
+        config.layer_chunk_rows(), enum_name(kDominoSplitNames, config.parallel.domino_split));
+  }
+
   void log_start(double gemm_gflops) const {
     const TrainConfig& tc = config.train;
     std::string layout = grid.describe();
     while (!layout.empty() && layout.back() == '\n') layout.pop_back();
     log_info("{}", layout);
     if (!auto_note.empty()) log_info("{}", auto_note);
+    if (tp_overlap) log_info("{}", domino_note());
     log_info("model: {} layers, {} heads, d_model {}, context {}, vocab {}: {:.2f}M parameters",
              config.model.n_layer, config.model.n_head, config.model.d_model, config.model.seq_len,
              config.model.vocab_size, ParamTable(config.model).total() / 1e6);
@@ -562,6 +588,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   if (!dry_run) run.start_offload(need);
   if (dry_run) {
     if (root && !run.auto_note.empty()) log_info("{}", run.auto_note);
+    if (root && run.tp_overlap) log_info("{}", run.domino_note());
     if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
     TrainResult r;
     r.memory = need;
@@ -630,6 +657,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     Timer timer;
     const OffloadStats io_before = acts ? acts->offload() : OffloadStats{};
     const float lr = schedule.at(step);
+    if (run.tp_overlap) run.tp_overlap->take_times();  // this step's collectives only
     const StepResult stepped = run.pipeline
                                    ? train_step(run.pipe, *train_rows, run.replicas, step_settings, step, lr)
                                    : train_step(run.model(), *acts, run.engine(), *train_rows, run.replicas,
@@ -637,6 +665,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     const double loss = stepped.loss, grad_norm = stepped.grad_norm;
     const double ms = timer.ms();
     const nlohmann::json comm = world.stats().to_json();
+    const OverlapTimes overlap = run.tp_overlap ? run.tp_overlap->take_times() : OverlapTimes{};
     MemoryReport memory;
     int64_t params = 0;
     CommTraffic traffic;
@@ -694,6 +723,12 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       record["offload"] = {
           {"bytes_written", io.bytes_written}, {"bytes_read", io.bytes_read}, {"stall_s", io.stall_seconds}};
     }
+    if (run.tp_overlap) {
+      // Domino (spec §9): the share of its tp reductions' time the compute did not wait for (rank 0's).
+      record["tp_hidden_fraction"] = overlap.hidden_fraction();
+      record["tp_overlap"] = {{"comm_ms", overlap.comm_seconds * 1e3},
+                              {"wait_ms", overlap.wait_seconds * 1e3}};
+    }
     if (!pipeline_record.is_null()) {
       record["pipeline"] = pipeline_record;
       record["pp_wait_ms"] = pipeline_record["wait_ms"];  // the spec's name (§9), per pp rank
@@ -711,9 +746,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       log_info(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% "
           "| "
-          "comm {:.2f} MB",
+          "comm {:.2f} MB{}",
           step + 1, tc.steps, loss, eval_now ? fmt::format(" | val {:.4f}", double(record["val_loss"])) : "",
-          lr, grad_norm, ms, tokens_per_s, 100 * mfu, double(comm["total_bytes"]) / 1e6);
+          lr, grad_norm, ms, tokens_per_s, 100 * mfu, double(comm["total_bytes"]) / 1e6,
+          run.tp_overlap ? fmt::format(" | tp hidden {:.0f}%", 100 * overlap.hidden_fraction()) : "");
     if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last)
       run.save(step + 1, schedule);
     // Every rank learns whether any rank was signalled, so all stop (and save) at the same step.
