@@ -59,7 +59,7 @@ TEST(Activations, BytesForMatchesAllocate) {
                   // The query chunks of a layout whose kv heads are kv (per rank).
                   auto chunks = [&](int kv) {
                     if (qc == 0) return QueryChunks{};
-                    QueryChunks q = query_chunks(LocalAttention(kv), split, rows, chunk, H, D);
+                    QueryChunks q = query_chunks(LocalAttention(kv), split, rows, chunk, s.T, H, D);
                     if (qc == 2 && q.on) q.kv = {2 * int64_t(std::max(kv / 2, 1)) * D, 2, false};
                     return q;
                   };

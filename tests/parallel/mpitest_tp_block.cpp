@@ -159,7 +159,7 @@ void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
   cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 40, cfg.seq_len = domino.T, cfg.vocab_size = 64;
   if (domino.on) chunk = domino.B * domino.T / (sp ? t : 1) / 2;  // the two halves of a rank's rows
   BlockShape s{domino.B, domino.T, cfg.d_model, cfg.n_head, chunk};
-  s.query_chunks = domino.query_chunks;
+  if (domino.query_chunks) s.query_chunks = {true, LocalAttention().kv_prefix(s.H / t, s.D())};
   const int C = s.C, N = s.N(), L = 2;
   std::vector<Layer> global = {random_layer(C, 100), random_layer(C, 200)};
   const Vec x = sp_test::uniform(size_t(N) * C, 7, 1.0f), dy = sp_test::uniform(size_t(N) * C, 8, 1.0f);
@@ -340,8 +340,8 @@ void check_llama_blocks(bool sp, int K, int chunk = 0, DominoRun domino = {}) {
   auto run = [&](LinearOps& lin, std::vector<LlamaLayer>& layers, std::vector<LlamaLayer>& grads,
                  const Vec& x_in, const Vec& dy_in, Vec& out, Vec& dx) {
     LlamaShape s = LlamaShape::of(cfg, B, T, chunk, lin.split());
-    s.query_chunks = domino.query_chunks;
     LocalAttention attention(s.Hkv);
+    if (domino.query_chunks) s.query_chunks = {true, attention.kv_prefix(s.H, s.D)};
     std::vector<LlamaLayerActs> acts(L);
     LlamaBlockScratch scratch;
     scratch.allocate(cfg, B, T, false, true, chunk, lin.split(), s.query_chunks);

@@ -346,7 +346,7 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, p.H, s.D());
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())) * 2 * p.W1); });
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
   // Two steps per chunk (model/domino.h): everything up to the qkv backward's start, then its finish
   // and ln1's backward; under Domino the next chunk's backward runs while the reduction is in flight.

@@ -74,7 +74,7 @@ class LayerStage : public Stage {
   // Whether the layers' attention runs per query chunk for B rows of T tokens, and how they hold the
   // K/V prefix (model/query_chunks.h).
   QueryChunks query_chunking(int B, int T) const {
-    return query_chunks(*attention_, split(), split().rows(int64_t(B) * T), memory_.chunk_tokens,
+    return query_chunks(*attention_, split(), split().rows(int64_t(B) * T), memory_.chunk_tokens, T,
                         config_.n_head / split().t, config_.head_dim());
   }
   // What the attention op holds beyond the layers' activations: its query-chunk scratch, or its

@@ -361,8 +361,7 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, s.H, s.D);
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0,
-           [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())) * 2 * s.Hkv* s.D); });
+  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
   // Two steps per chunk (model/domino.h), as gpt2_block.cpp's chunked_backward.
   std::vector<InFlight> pending(size_t(p.rc.count()));

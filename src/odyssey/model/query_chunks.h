@@ -1,10 +1,12 @@
 // Whether a layer's attention runs per query chunk against the K/V prefix (long-context-memory.md
 // §4.2, §4.3, §4.8), decided in one place for the stage, its activations and its blocks: the attention
 // op can (the local op, Ulysses without a ring), the layer is not split over TP-SP (whose chunks gather
-// every rank's tokens and run the whole-sequence attention) nor run as Domino's two halves (whose
-// interleaved schedule, model/domino.h, keeps exactly two chunks in flight: per-sequence query chunks
-// could make more), and the layer's rows make more than one chunk. Query-chunked layers chunk their rows per
-// sequence (RowChunks::seq).
+// every rank's tokens and run the whole-sequence attention), and the layer's rows make more than one
+// chunk. Under Domino (split.overlap) the chunks are its two halves, each attending against the K/V
+// prefix, so the second half's attention hides the first half's reduction; when per-sequence chunks
+// would make more than two (domino_split = rows with more than two rows), the halves run the
+// whole-sequence attention instead (the interleaved schedule, model/domino.h, keeps two in flight).
+// Query-chunked layers chunk their rows per sequence (RowChunks::seq).
 #pragma once
 
 #include <cstdint>
@@ -30,13 +32,14 @@ struct QueryChunks {
   }
 };
 
-// rows: the layer's residual rows (B T, or under TP-SP this rank's slice); chunk: memory.chunk_tokens;
-// H, D: this rank's query heads and head dimension.
-inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int64_t rows, int chunk, int H,
-                                int D) {
+// rows: the layer's residual rows (B T, or under TP-SP this rank's slice) of sequences of T tokens;
+// chunk: memory.chunk_tokens; H, D: this rank's query heads and head dimension.
+inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int64_t rows, int chunk, int T,
+                                int H, int D) {
   QueryChunks q;
-  q.on = op.chunks_queries() && !(split.t > 1 && split.sequence_parallel) && !split.overlap &&
-         RowChunks{int(rows), chunk}.count() > 1;
+  q.on = op.chunks_queries() && !(split.t > 1 && split.sequence_parallel) &&
+         RowChunks{int(rows), chunk}.count() > 1 &&
+         (!split.overlap || q.rows(int(rows), chunk, T).count() == 2);
   if (q.on) q.kv = op.kv_prefix(H, D);
   return q;
 }
