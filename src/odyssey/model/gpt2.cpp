@@ -63,9 +63,9 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
                        working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   encoded.resize(range.embeddings() ? R * C : 0);
-  lnf.resize(head ? R * C : 0);
-  lnf_mean.resize(head ? R : 0);
-  lnf_rstd.resize(head ? R : 0);
+  lnf_params.resize(head ? 2 * C : 0);
+  head_norm.resize(head ? final_norm_floats(head_chunk, int(C)) : 0);
+  lnf_sums.reset(head ? int(2 * C) : 0);
   logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
   losses.resize(head ? N : 0);
   tokens.resize(N);
@@ -75,9 +75,9 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
 }
 
 size_t Gpt2Activations::bytes() const {
-  size_t total = encoded.bytes() + lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() +
-                 losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() + dres.bytes() +
-                 scratch.bytes() + kept.bytes();
+  size_t total = encoded.bytes() + lnf_params.bytes() + head_norm.bytes() + logits.bytes() + losses.bytes() +
+                 tokens.bytes() + targets.bytes() + positions.bytes() + dres.bytes() + scratch.bytes() +
+                 kept.bytes();
   return total;
 }
 
@@ -88,11 +88,12 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // encoded (with the embeddings), lnf (with the head) and dres [R, C]; with the head, lnf stats [R],
-  // losses [N] and logits [chunk G, rows(V)].
+  // encoded (with the embeddings) and dres [R, C]; with the head, the final norm's weight and bias [2C],
+  // its chunk buffers, losses [N] and logits [chunk G, rows(V)].
+  const int chunk = head_rows(int(R), memory.head_chunk_tokens);
   const size_t floats =
-      R * C * (1 + range.embeddings() + head) +
-      (head ? 2 * R + N + size_t(lm_head_block_rows(head_rows(int(R), memory.head_chunk_tokens), split)) * V
+      R * C * (1 + range.embeddings()) +
+      (head ? 2 * C + final_norm_floats(chunk, int(C)) + N + size_t(lm_head_block_rows(chunk, split)) * V
             : 0);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
@@ -154,7 +155,7 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
              queries_chunked());
   a.head_backward_done = false;
-  const int N = B * T, C = c.d_model, R = int(split().rows(N));
+  const int N = B * T, C = c.d_model;
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
@@ -171,11 +172,11 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
                                       a.scratch, shape(a), o);
                  });
   if (!has_head()) return;
+  // The final norm's forward use: its weight and bias for loss(), which runs it chunk by chunk with the
+  // head (no [N, C] norm output).
   hooks_->before_forward(final_unit());
-  observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.output(), w(*names_.lnf_w),
-                      w(*names_.lnf_b), R, C);
-  });
+  std::copy(w(*names_.lnf_w), w(*names_.lnf_w) + C, a.lnf_params.data());
+  std::copy(w(*names_.lnf_b), w(*names_.lnf_b) + C, a.lnf_params.data() + C);
   hooks_->after_forward(final_unit());
   // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
   if (head_unit() != final_unit()) {
@@ -186,8 +187,16 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const double sum = head_loss(a.lnf.data(), names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
-                               a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
+  const int C = config_.d_model;
+  FinalNorm norm;
+  norm.weight = a.lnf_params.data(), norm.bias = a.lnf_params.data() + C;
+  norm.sums = &a.lnf_sums;
+  float* f = a.head_norm.data();
+  const size_t m = size_t(a.head_chunk) * C;
+  norm.x = f, norm.n = f + m, norm.dn = f + 2 * m, norm.mean = f + 3 * m,
+  norm.rstd = f + 3 * m + a.head_chunk;
+  const double sum = head_loss(a.output(), norm, names_.wte, a.targets.data(), a.losses.data(),
+                               a.logits.data(), a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -204,13 +213,9 @@ void GPT2::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dln = a.scratch.head_grad();  // d(lnf), from loss()
+    // loss() left d(last layer output) in dres and the final norm's weight gradients in lnf_sums.
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
-    observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(a.dres.data(), d(*names_.lnf_w), d(*names_.lnf_b), dln, a.output(), w(*names_.lnf_w),
-                         a.lnf_mean.data(), a.lnf_rstd.data(), R, C);
-    });
+    a.lnf_sums.finish(d(*names_.lnf_w), d(*names_.lnf_b));
     hooks_->after_backward(final_unit());
   } else {
     ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",

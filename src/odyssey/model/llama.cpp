@@ -79,8 +79,9 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
   encoded.resize(range.embeddings() ? R * C : 0);
-  fn.resize(head ? R * C : 0);
-  fn_rstd.resize(head ? R : 0);
+  fn_weight.resize(head ? C : 0);
+  head_norm.resize(head ? final_norm_floats(head_chunk, int(C)) : 0);
+  fn_sums.reset(head ? int(C) : 0);
   logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
   losses.resize(head ? N : 0);
   tokens.resize(N);
@@ -90,9 +91,9 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
 }
 
 size_t LlamaActivations::bytes() const {
-  size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn.bytes() + fn_rstd.bytes() +
-                 logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
-                 dres.bytes() + scratch.bytes() + kept.bytes();
+  size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn_weight.bytes() +
+                 head_norm.bytes() + logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() +
+                 positions.bytes() + dres.bytes() + scratch.bytes() + kept.bytes();
   return total;
 }
 
@@ -103,11 +104,12 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // rope tables [N, D/2] x 2; encoded (embeddings), fn (head) and dres [R, C]; with the head fn_rstd
-  // [R], losses [N] and logits [chunk G, rows(V)].
+  // rope tables [N, D/2] x 2; encoded (embeddings) and dres [R, C]; with the head the final norm's
+  // weight [C], its chunk buffers, losses [N] and logits [chunk G, rows(V)].
+  const int chunk = head_rows(int(R), memory.head_chunk_tokens);
   const size_t floats =
-      2 * N * half + R * C * (1 + range.embeddings() + head) +
-      (head ? R + N + size_t(lm_head_block_rows(head_rows(int(R), memory.head_chunk_tokens), split)) * V : 0);
+      2 * N * half + R * C * (1 + range.embeddings()) +
+      (head ? C + final_norm_floats(chunk, int(C)) + N + size_t(lm_head_block_rows(chunk, split)) * V : 0);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, H D] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
@@ -162,7 +164,7 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   a.allocate(c, range_, B, T, attention_->saves_qkv(), memory_, split(), vocab_->rows(c.vocab_size),
              queries_chunked());
   a.head_backward_done = false;
-  const int N = B * T, C = c.d_model, R = int(split().rows(N));
+  const int N = B * T, C = c.d_model;
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
@@ -185,10 +187,10 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
                                        a.scratch, shape, rope, o);
                  });
   if (!has_head()) return;
+  // The final norm's forward use: its weight for loss(), which runs it chunk by chunk with the head (no
+  // [N, C] norm output).
   hooks_->before_forward(final_unit());
-  observed(o, "rmsnorm.fwd", 0, [&] {
-    rmsnorm_forward(a.fn.data(), a.fn_rstd.data(), a.output(), w(*names_.norm), R, C, float(c.rms_norm_eps));
-  });
+  std::copy(w(*names_.norm), w(*names_.norm) + C, a.fn_weight.data());
   hooks_->after_forward(final_unit());
   // The LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
   if (head_unit() != final_unit()) {
@@ -199,8 +201,15 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  const double sum = head_loss(a.fn.data(), names_.lm_head, a.targets.data(), a.losses.data(),
-                               a.logits.data(), a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
+  FinalNorm norm;
+  norm.weight = a.fn_weight.data();
+  norm.eps = float(config_.rms_norm_eps);
+  norm.sums = &a.fn_sums;
+  float* f = a.head_norm.data();
+  const size_t m = size_t(a.head_chunk) * config_.d_model;
+  norm.x = f, norm.n = f + m, norm.dn = f + 2 * m, norm.mean = nullptr, norm.rstd = f + 3 * m;
+  const double sum = head_loss(a.output(), norm, names_.lm_head, a.targets.data(), a.losses.data(),
+                               a.logits.data(), a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -220,13 +229,9 @@ void Llama::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dfn = a.scratch.head_grad();  // from loss()
+    // loss() left d(last layer output) in dres and the final norm's weight gradient in fn_sums.
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
-    observed(o, "rmsnorm.bwd", 0, [&] {
-      rmsnorm_backward(a.dres.data(), d(*names_.norm), dfn, a.output(), w(*names_.norm), a.fn_rstd.data(), R,
-                       C);
-    });
+    a.fn_sums.finish(d(*names_.norm));
     hooks_->after_backward(final_unit());
   } else {
     ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",

@@ -29,8 +29,10 @@ struct LlamaActivations : StageActivations {
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
   FloatBuffer encoded;              // [R, C] the token embeddings (with the embeddings; R = split.rows(N))
   KeptLayers<LlamaLayerActs> kept;  // per layer, as the checkpoint policy keeps them
-  FloatBuffer fn, fn_rstd;          // [R, C], [R] the final RMSNorm (with the head)
-  FloatBuffer logits;               // [chunk G, rows(V)]
+  FloatBuffer fn_weight;  // [C] the final RMSNorm's weight, taken at its forward use (with the head)
+  FloatBuffer head_norm;  // the fused head's final-norm chunk buffers (lm_head.h FinalNorm)
+  NormGradSums fn_sums;   // [C] d(final norm weight) from loss() until backward()
+  FloatBuffer logits;     // [chunk G, rows(V)]
   int head_chunk = 0;
   int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;
