@@ -146,7 +146,8 @@ TEST(Checkpointing, DiskTierIsBitwiseRamTier) {
         EXPECT_EQ(disk.losses, ram.losses) << what;
         EXPECT_EQ(disk.grads, ram.grads) << what;
         EXPECT_EQ(disk.attention_forwards, ram.attention_forwards) << what;
-        // Two layer outputs resident instead of three.
+        // One layer input resident (the slot) instead of three (the embeddings' output and two layer
+        // outputs; the last layer's output is in d(residual) in both tiers).
         EXPECT_LT(disk.activation_bytes, ram.activation_bytes) << what;
       }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "scratch files are unlinked";
@@ -166,7 +167,8 @@ TEST(Checkpointing, DiskTierCorruptRecordIsANamedError) {
   model.loss(*acts, 1.0f / 64, nullptr);
   OffloadFile& file = *static_cast<Gpt2Activations&>(*acts).kept.disk;
   EXPECT_EQ(file.file_bytes(), model.offload_bytes_for(2, 32));
-  file.corrupt_for_test(0, 77);  // record 0: layer 0's output, the input of layer 1
+  file.corrupt_for_test(1,
+                        77);  // record 1: layer 0's output, the input of layer 1 (record 0: the embeddings')
   testing_data::expect_error([&] { model.backward(*acts); },
                              {"the input of layer 1", "corrupt", file.path(), "memory.offload_dir"});
 }

@@ -54,7 +54,7 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
     if (kept.policy == CheckpointPolicy::cheap) l.allocate(c, B, T, !shared_qkv, {-1, 0, true, true}, split);
     if (kept.keeps_attention()) l.atty.resize(N * C / t), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
-  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin);
+  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = Gpt2LayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
@@ -62,7 +62,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
     kept.work.allocate(c, B, T, !shared_qkv,
                        working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
-  encoded.resize(range.embeddings() ? R * C : 0);
+  // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
+  encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
   lnf_params.resize(head ? 2 * C : 0);
   head_norm.resize(head ? final_norm_floats(head_chunk, int(C)) : 0);
   lnf_sums.reset(head ? int(2 * C) : 0);
@@ -92,7 +93,7 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   // its chunk buffers, losses [N] and logits [chunk G, rows(V)].
   const int chunk = head_rows(int(R), memory.head_chunk_tokens);
   const size_t floats =
-      R * C * (1 + range.embeddings()) +
+      R * C * (1 + (range.embeddings() && !KeptLayers<Gpt2LayerActs>::keeps_embeddings(memory, true))) +
       (head ? 2 * C + final_norm_floats(chunk, int(C)) + N + size_t(lm_head_block_rows(chunk, split)) * V
             : 0);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
@@ -106,8 +107,9 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
              Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   const size_t work = Gpt2LayerActs::bytes_for(
       c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
-  // The layer outputs are in RAM, or on disk with two resident (KeptLayers::allocate_outputs).
-  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory);
+  // The layer outputs are in RAM but the last (in dres), or on disk with one slot resident
+  // (KeptLayers::allocate_outputs).
+  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory, range.embeddings());
   if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = outputs + L * (N * C / t + size_t(B) * c.n_head / t * T) * sizeof(float) + work;
@@ -159,13 +161,16 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
+  const float* input = a.input;
   if (emb) {
     hooks_->before_forward(0);
-    vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.wte),
-                              w(*names_.wpe), N, C, memory_.chunk_tokens, o);
+    float* e = a.kept.embeddings_output(a.encoded);
+    input = e;
+    vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), w(*names_.wte), w(*names_.wpe), N, C,
+                              memory_.chunk_tokens, o);
+    a.kept.keep_embeddings_output();
     hooks_->after_forward(0);
   }
-  const float* input = emb ? a.encoded.data() : a.input;
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l) {
                    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, *linears_,

@@ -72,7 +72,7 @@ struct Gpt2Activations : StageActivations {
                           bool shared_qkv = false, const MemoryOptions& memory = {},
                           const TpSplit& split = {}, int64_t vocab_rows = 0, bool query_chunks = false);
 
-  const float* output() const override { return kept.output(kept.layers.size() - 1); }
+  const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
   OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }
 };

@@ -68,7 +68,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
     if (kept.keeps_attention())
       l.atty.resize(N * size_t(c.n_head) / t * c.head_dim()), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
-  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin);
+  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = LlamaLayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
@@ -78,7 +78,8 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
-  encoded.resize(range.embeddings() ? R * C : 0);
+  // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
+  encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
   fn_weight.resize(head ? C : 0);
   head_norm.resize(head ? final_norm_floats(head_chunk, int(C)) : 0);
   fn_sums.reset(head ? int(C) : 0);
@@ -108,7 +109,8 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
   // weight [C], its chunk buffers, losses [N] and logits [chunk G, rows(V)].
   const int chunk = head_rows(int(R), memory.head_chunk_tokens);
   const size_t floats =
-      2 * N * half + R * C * (1 + range.embeddings()) +
+      2 * N * half +
+      R * C * (1 + (range.embeddings() && !KeptLayers<LlamaLayerActs>::keeps_embeddings(memory, true))) +
       (head ? C + final_norm_floats(chunk, int(C)) + N + size_t(lm_head_block_rows(chunk, split)) * V : 0);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
@@ -121,8 +123,9 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
              LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
   const size_t work = LlamaLayerActs::bytes_for(
       c, B, T, !shared_qkv, working_rows(memory.checkpoint, rows, query_chunks && size_t(rows) < R), split);
-  // The layer outputs are in RAM, or on disk with two resident (KeptLayers::allocate_outputs).
-  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory);
+  // The layer outputs are in RAM but the last (in dres), or on disk with one slot resident
+  // (KeptLayers::allocate_outputs).
+  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory, range.embeddings());
   if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = outputs +
@@ -174,13 +177,16 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
   LlamaShape shape = LlamaShape::of(c, B, T, a.layer_chunk, split());
   shape.query_chunks = a.query_chunks;
+  const float* input = a.input;
   if (emb) {
     hooks_->before_forward(0);
-    vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.embed),
-                              nullptr, N, C, memory_.chunk_tokens, o);
+    float* e = a.kept.embeddings_output(a.encoded);
+    input = e;
+    vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), w(*names_.embed), nullptr, N, C,
+                              memory_.chunk_tokens, o);
+    a.kept.keep_embeddings_output();
     hooks_->after_forward(0);
   }
-  const float* input = emb ? a.encoded.data() : a.input;
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](LlamaLayerActs& la, const float* x, int l) {
                    llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, *linears_,
