@@ -65,9 +65,9 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
   encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
   lnf_params.resize(head ? 2 * C : 0);
-  head_norm.resize(head ? final_norm_floats(head_chunk, int(C)) : 0);
   lnf_sums.reset(head ? int(2 * C) : 0);
-  logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
+  const size_t head_floats = head ? lm_head_floats(head_chunk, split, int64_t(V), int(C)) : 0;
+  head_own.resize(lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   losses.resize(head ? N : 0);
   tokens.resize(N);
   targets.resize(N);
@@ -76,9 +76,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
 }
 
 size_t Gpt2Activations::bytes() const {
-  size_t total = encoded.bytes() + lnf_params.bytes() + head_norm.bytes() + logits.bytes() + losses.bytes() +
-                 tokens.bytes() + targets.bytes() + positions.bytes() + dres.bytes() + scratch.bytes() +
-                 kept.bytes();
+  size_t total = encoded.bytes() + lnf_params.bytes() + head_own.bytes() + losses.bytes() + tokens.bytes() +
+                 targets.bytes() + positions.bytes() + dres.bytes() + scratch.bytes() + kept.bytes();
   return total;
 }
 
@@ -89,13 +88,14 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // encoded (with the embeddings) and dres [R, C]; with the head, the final norm's weight and bias [2C],
-  // its chunk buffers, losses [N] and logits [chunk G, rows(V)].
-  const int chunk = head_rows(int(R), memory.head_chunk_tokens);
+  // encoded (with the embeddings, unless kept on disk) and dres [R, C]; with the head, the final norm's
+  // weight and bias [2C], losses [N] and the head's buffers (logits [chunk G, rows(V)] and the norm's
+  // chunk buffers) unless it borrows the scratch.
+  const size_t head_floats =
+      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
   const size_t floats =
       R * C * (1 + (range.embeddings() && !KeptLayers<Gpt2LayerActs>::keeps_embeddings(memory, true))) +
-      (head ? 2 * C + final_norm_floats(chunk, int(C)) + N + size_t(lm_head_block_rows(chunk, split)) * V
-            : 0);
+      (head ? 2 * C + N : 0) + (lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, C] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
@@ -140,7 +140,7 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
 
 const float* GPT2::logits(const StageActivations& acts) const {
   const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
-  return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+  return has_head() && a.head_chunk == a.B * a.T ? const_cast<Gpt2Activations&>(a).head_buffers() : nullptr;
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
@@ -196,12 +196,10 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   FinalNorm norm;
   norm.weight = a.lnf_params.data(), norm.bias = a.lnf_params.data() + C;
   norm.sums = &a.lnf_sums;
-  float* f = a.head_norm.data();
-  const size_t m = size_t(a.head_chunk) * C;
-  norm.x = f, norm.n = f + m, norm.dn = f + 2 * m, norm.mean = f + 3 * m,
-  norm.rstd = f + 3 * m + a.head_chunk;
-  const double sum = head_loss(a.output(), norm, names_.wte, a.targets.data(), a.losses.data(),
-                               a.logits.data(), a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
+  float* block =
+      place_lm_head(a.head_buffers(), norm, a.head_chunk, split(), vocab_->rows(config_.vocab_size), C);
+  const double sum = head_loss(a.output(), norm, names_.wte, a.targets.data(), a.losses.data(), block,
+                               a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }

@@ -50,11 +50,11 @@ struct Gpt2Activations : StageActivations {
   FloatBuffer encoded;                   // [R, C] (R = split.rows(N): all N or this rank's TP-SP slice)
   KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
   FloatBuffer lnf_params;                // [2C] the final norm's weight and bias, taken at its forward use
-  FloatBuffer head_norm;                 // the fused head's final-norm chunk buffers (lm_head.h FinalNorm)
   NormGradSums lnf_sums;                 // [2C] d(final norm weight, bias) from loss() until backward()
-  FloatBuffer logits;   // [chunk G, rows(V)]: one chunk of the LM head's logits (dlogits in training)
-  int head_chunk = 0;   // rows per LM-head chunk (N: one chunk)
-  int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
+  FloatBuffer head_own;  // the head's buffers (lm_head_floats: one chunk's logits, dlogits in training, and
+                         // the final norm's chunk buffers) unless it borrows the scratch (head_buffers())
+  int head_chunk = 0;    // rows per LM-head chunk (N: one chunk)
+  int layer_chunk = 0;   // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
   FloatBuffer losses;               // [N]
   FloatBuffer dres;                 // [R, C] d(residual stream), carried down through the layers
@@ -72,6 +72,8 @@ struct Gpt2Activations : StageActivations {
                           bool shared_qkv = false, const MemoryOptions& memory = {},
                           const TpSplit& split = {}, int64_t vocab_rows = 0, bool query_chunks = false);
 
+  // The head's buffers: its own, or on long sequences the scratch's (lm_head_borrows_scratch).
+  float* head_buffers() { return head_own.size() ? head_own.data() : scratch.head_grad(); }
   const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
   OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }

@@ -81,9 +81,9 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
   encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
   fn_weight.resize(head ? C : 0);
-  head_norm.resize(head ? final_norm_floats(head_chunk, int(C)) : 0);
   fn_sums.reset(head ? int(C) : 0);
-  logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
+  const size_t head_floats = head ? lm_head_floats(head_chunk, split, int64_t(V), int(C)) : 0;
+  head_own.resize(lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   losses.resize(head ? N : 0);
   tokens.resize(N);
   targets.resize(N);
@@ -93,8 +93,8 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
 
 size_t LlamaActivations::bytes() const {
   size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn_weight.bytes() +
-                 head_norm.bytes() + logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() +
-                 positions.bytes() + dres.bytes() + scratch.bytes() + kept.bytes();
+                 head_own.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
+                 dres.bytes() + scratch.bytes() + kept.bytes();
   return total;
 }
 
@@ -105,13 +105,15 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // rope tables [N, D/2] x 2; encoded (embeddings) and dres [R, C]; with the head the final norm's
-  // weight [C], its chunk buffers, losses [N] and logits [chunk G, rows(V)].
-  const int chunk = head_rows(int(R), memory.head_chunk_tokens);
+  // rope tables [N, D/2] x 2; encoded (with the embeddings, unless kept on disk) and dres [R, C]; with
+  // the head the final norm's weight [C], losses [N] and the head's buffers (logits [chunk G, rows(V)]
+  // and the norm's chunk buffers) unless it borrows the scratch.
+  const size_t head_floats =
+      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
   const size_t floats =
       2 * N * half +
       R * C * (1 + (range.embeddings() && !KeptLayers<LlamaLayerActs>::keeps_embeddings(memory, true))) +
-      (head ? C + final_norm_floats(chunk, int(C)) + N + size_t(lm_head_block_rows(chunk, split)) * V : 0);
+      (head ? C + N : 0) + (lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, H D] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
@@ -150,7 +152,7 @@ std::unique_ptr<StageActivations> Llama::make_activations() const {
 
 const float* Llama::logits(const StageActivations& acts) const {
   const LlamaActivations& a = static_cast<const LlamaActivations&>(acts);
-  return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+  return has_head() && a.head_chunk == a.B * a.T ? const_cast<LlamaActivations&>(a).head_buffers() : nullptr;
 }
 
 void Llama::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
@@ -211,11 +213,10 @@ double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   norm.weight = a.fn_weight.data();
   norm.eps = float(config_.rms_norm_eps);
   norm.sums = &a.fn_sums;
-  float* f = a.head_norm.data();
-  const size_t m = size_t(a.head_chunk) * config_.d_model;
-  norm.x = f, norm.n = f + m, norm.dn = f + 2 * m, norm.mean = nullptr, norm.rstd = f + 3 * m;
-  const double sum = head_loss(a.output(), norm, names_.lm_head, a.targets.data(), a.losses.data(),
-                               a.logits.data(), a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
+  float* block = place_lm_head(a.head_buffers(), norm, a.head_chunk, split(),
+                               vocab_->rows(config_.vocab_size), config_.d_model);
+  const double sum = head_loss(a.output(), norm, names_.lm_head, a.targets.data(), a.losses.data(), block,
+                               a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }

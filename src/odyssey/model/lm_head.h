@@ -61,6 +61,28 @@ inline int64_t lm_head_block_rows(int chunk, const TpSplit& split) {
   return int64_t(chunk) * (split.sequence_parallel ? split.t : 1);
 }
 
+// Floats of the head's buffers for chunks of `chunk` residual rows: the logits block [chunk G, Vr] and
+// the final norm's chunk buffers after it.
+inline size_t lm_head_floats(int chunk, const TpSplit& split, int64_t Vr, int C) {
+  return size_t(lm_head_block_rows(chunk, split)) * size_t(Vr) + final_norm_floats(chunk, C);
+}
+// Whether a stage whose residual stream holds R rows runs its head in the layers' backward scratch
+// (at least R x C floats, idle while the head runs: the blocks' head_grad()) instead of buffers of
+// its own: when the head's buffers fit there (long sequences).
+inline bool lm_head_borrows_scratch(size_t head_floats, size_t R, int C) {
+  return head_floats <= R * size_t(C);
+}
+
+// Places the head's buffers in `buffers` (lm_head_floats of them): returns the logits block (first)
+// and points the final norm f's chunk buffers after it (mean only for a LayerNorm: f.bias set).
+inline float* place_lm_head(float* buffers, FinalNorm& f, int chunk, const TpSplit& split, int64_t Vr,
+                            int C) {
+  float* n = buffers + size_t(lm_head_block_rows(chunk, split)) * size_t(Vr);
+  const size_t m = size_t(chunk) * size_t(C);
+  f.x = n, f.n = n + m, f.dn = n + 2 * m, f.rstd = n + 3 * m, f.mean = f.bias ? n + 3 * m + chunk : nullptr;
+  return buffers;
+}
+
 void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpObserver* observer);
 
 }  // namespace odyssey
