@@ -24,9 +24,9 @@
 // file (core/offload_file.h). Layer i's output goes to the lent buffer when n - 1 - i is even, else to
 // the slot (i = -1: the embeddings' output, layer 0's input, when the stage has the embeddings), so
 // the last layer's output lands in the lent buffer and its input in the slot. The I/O thread writes
-// each layer input the backward will read back (every one but the last layer's, which stays in the
-// slot, and an input the stage was given) while the next layer reads it; the layer after waits for
-// that write before reusing the buffer. In the backward the lent buffer carries d(residual), so every
+// each layer input the backward will read back (all but the last layer's, which stays in the slot,
+// and a stage's given input, which is the caller's) while the next layer reads it; the layer after
+// waits for that write before reusing the buffer. In the backward the lent buffer carries d(residual), so every
 // layer's input is read back into the slot, once the layer above is done with it: the read is not
 // overlapped with compute (it is counted as I/O stall), the price of holding a single layer input.
 // The same bytes come back, checksummed: the arithmetic, and so every bit, is the RAM tier's.
@@ -190,17 +190,6 @@ inline uint64_t kept_output_disk_bytes_for(int n, size_t floats, const MemoryOpt
 inline LayerRows working_rows(CheckpointPolicy policy, int rows, bool query_chunks) {
   const bool full = policy == CheckpointPolicy::full;
   return {rows, rows, true, false, query_chunks ? rows : -1, query_chunks && full ? rows : -1};
-}
-
-// What KeptLayers::allocate_outputs holds for n layers' outputs of `floats` each: in RAM (one per
-// layer, or two slots on the disk tier), and on disk (the scratch file).
-inline size_t kept_output_bytes_for(int n, size_t floats, const MemoryOptions& memory) {
-  return size_t(memory.tier == MemoryTier::disk ? std::min(n, 2) : n) * floats * sizeof(float);
-}
-inline uint64_t kept_output_disk_bytes_for(int n, size_t floats, const MemoryOptions& memory) {
-  return memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint) && n > 1
-             ? OffloadFile::bytes_for(n - 1, floats * sizeof(float))
-             : 0;
 }
 
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.
