@@ -173,6 +173,26 @@ TEST(Checkpointing, DiskTierCorruptRecordIsANamedError) {
                              {"the input of layer 1", "corrupt", file.path(), "memory.offload_dir"});
 }
 
+// Recomputing policies keep the head's input (the last layer's output) in d(residual), where a loss
+// with a gradient writes d(output): a second such loss before the next forward is refused by name.
+TEST(Checkpointing, SecondGradientLossBeforeTheForwardIsRefused) {
+  ModelConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
+  GPT2 model(c);
+  init_parameters(model.params(), model.table(), c, 3);
+  model.set_memory({CheckpointPolicy::full, 0, 8});
+  auto acts = model.make_activations();
+  std::vector<int> in(64), tg(64);
+  for (int i = 0; i < 64; ++i) in[size_t(i)] = i % 50, tg[size_t(i)] = (i * 3) % 50;
+  model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
+  const double eval = model.loss(*acts, 0.0f, nullptr);  // no gradient: may run first
+  EXPECT_EQ(model.loss(*acts, 1.0f / 64, nullptr), eval);
+  testing_data::expect_error([&] { model.loss(*acts, 1.0f / 64, nullptr); },
+                             {"loss with a gradient already ran", "memory.checkpoint = full", "forward"});
+  model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
+  EXPECT_EQ(model.loss(*acts, 1.0f / 64, nullptr), eval);
+}
+
 TEST(Checkpointing, DiskTierNeedsARecomputingPolicyAndADirectory) {
   ModelConfig c;
   c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;

@@ -192,6 +192,11 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
+  // Recomputing policies keep the head's input in dres, which a loss with a gradient overwrites.
+  ODY_CHECK(!(a.head_backward_done && a.kept.recomputes_layers()),
+            "loss: a loss with a gradient already ran since the forward (memory.checkpoint = {} keeps the "
+            "last layer's output where its gradient now is); run forward again",
+            enum_name(kCheckpointPolicyNames, a.kept.policy));
   const int C = config_.d_model;
   FinalNorm norm;
   norm.weight = a.lnf_params.data(), norm.bias = a.lnf_params.data() + C;

@@ -209,6 +209,11 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
+  // Recomputing policies keep the head's input in dres, which a loss with a gradient overwrites.
+  ODY_CHECK(!(a.head_backward_done && a.kept.recomputes_layers()),
+            "loss: a loss with a gradient already ran since the forward (memory.checkpoint = {} keeps the "
+            "last layer's output where its gradient now is); run forward again",
+            enum_name(kCheckpointPolicyNames, a.kept.policy));
   FinalNorm norm;
   norm.weight = a.fn_weight.data();
   norm.eps = float(config_.rms_norm_eps);
