@@ -78,24 +78,26 @@ same single.full.0.ram shared.a "a job sharing memory.offload_dir with another"
 same zero3.full.0.ram shared.b "the other job sharing memory.offload_dir"
 [ -z "$(ls -A "$offload")" ] || fail "left in memory.offload_dir after two jobs: $(ls -A "$offload")"
 
-# Dry run: two layer inputs in RAM instead of four; three on disk (the last layer's output is not).
+# Dry run: one layer input in RAM (the slot) instead of four (the embeddings' output and the outputs of
+# layers 0-2; the last layer's output is in d(residual) in both tiers); three on disk (the inputs of
+# layers 0-2: the last layer's stays in the slot).
 json() { "$ODYSSEY" train --config "$cfg" --dry-run --set memory.checkpoint=full "$@" 2>/dev/null | grep dry_run; }
 field() { grep -oE "\"$1\":\"?[0-9a-z]+" | cut -d: -f2 | tr -d '"'; }
 ram=$(json | field activation_bytes_per_rank)
 out=$(json "${disk[@]}")
 act=$(field activation_bytes_per_rank <<<"$out") on_disk=$(field offload_bytes_per_rank <<<"$out")
 # 2 x 64 tokens x 48 floats = 24576 bytes a layer input; 3 records of 24576 bytes (a multiple of 4096).
-[ "$(field tier <<<"$out")" = disk ] && [ "$on_disk" = $((3 * 24576)) ] && [ $((ram - act)) = $((2 * 24576)) ] &&
+[ "$(field tier <<<"$out")" = disk ] && [ "$on_disk" = $((3 * 24576)) ] && [ $((ram - act)) = $((3 * 24576)) ] &&
   echo "ok: dry run: $act bytes in RAM (ram tier: $ram), $on_disk on disk" ||
   fail "dry run: ram $ram, disk tier $act in RAM and $on_disk on disk ($out)"
 
 # A record that comes back corrupt mid-run (the test hook flips a byte of the 13th record written:
-# step 3's first, 3 per micro-batch, 2 micro-batches a step) ends the run with an error naming the
-# layer; the checkpoint of step 2 is intact and resuming from it gives, bitwise, the run that never failed.
+# step 3's first, the embeddings' output, 3 per micro-batch, 2 micro-batches a step) ends the run with
+# an error naming the layer; the checkpoint of step 2 is intact and resuming from it gives, bitwise, the run that never failed.
 ODYSSEY_OFFLOAD_CORRUPT=13 "$ODYSSEY" train --config "$cfg" --set memory.checkpoint=full "${disk[@]}" \
   --set checkpoint.every=2 --set "checkpoint.dir=$WORK/broken" >"$WORK/broken.log" 2>&1 &&
   fail "a corrupt record did not fail the run"
-grep -q "error: the input of layer 1 .*memory.offload_dir) is corrupt" "$WORK/broken.log" &&
+grep -q "error: the input of layer 0 .*memory.offload_dir) is corrupt" "$WORK/broken.log" &&
   grep -q "step     2/3" "$WORK/broken.log" && ! grep -q "step     3/3" "$WORK/broken.log" &&
   echo "ok: corrupt record in step 3 -> $(grep -o 'error: .*' "$WORK/broken.log" | head -c 160)" ||
   fail "corrupt record: $(tail -n 2 "$WORK/broken.log")"

@@ -5,7 +5,10 @@
 #include "odyssey/kernels/layernorm.h"
 
 #include <gtest/gtest.h>
+
 #include <omp.h>
+#include <algorithm>
+#include <vector>
 
 #include "reference.h"
 
@@ -105,6 +108,52 @@ TEST(LayerNorm, BackwardIsDeterministicAcrossThreadCounts) {
   omp_set_num_threads(saved);
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(results[0], results[2]);
+}
+
+// Rows given in pieces of any size (the fused LM head's chunks) give bitwise the one call's dinp,
+// dweight and dbias; the sums are the documented order: blocks of 32 rows from the first, each summed
+// row by row, folded in order.
+TEST(LayerNorm, BackwardInPiecesIsBitwiseOneCall) {
+  constexpr int rows = 1000;
+  auto x = random_floats(rows * C, 24), w = random_floats(C, 25), b = random_floats(C, 26);
+  auto dy = random_floats(rows * C, 27);
+  std::vector<float> out(rows * C), mean(rows), rstd(rows);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C);
+  std::vector<float> dx(rows * C, 0.0f), dw(C, 0.5f), db(C, -0.5f);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                     rows, C);
+  std::vector<float> fold_w(C, 0.0f), fold_b(C, 0.0f);
+  for (int r0 = 0; r0 < rows; r0 += 32) {
+    std::vector<float> pw(C, 0.0f), pb(C, 0.0f);
+    for (int r = r0; r < std::min(rows, r0 + 32); ++r)
+      for (int c = 0; c < C; ++c) {
+        const float dyc = dy[size_t(r) * C + c];
+        pw[size_t(c)] += dyc * ((x[size_t(r) * C + c] - mean[size_t(r)]) * rstd[size_t(r)]);
+        pb[size_t(c)] += dyc;
+      }
+    for (int c = 0; c < C; ++c) fold_w[size_t(c)] += pw[size_t(c)], fold_b[size_t(c)] += pb[size_t(c)];
+  }
+  for (int c = 0; c < C; ++c) {
+    EXPECT_EQ(dw[size_t(c)], 0.5f + fold_w[size_t(c)]) << c;
+    EXPECT_EQ(db[size_t(c)], -0.5f + fold_b[size_t(c)]) << c;
+  }
+  for (const std::vector<int>& pieces : std::vector<std::vector<int>>{
+           {1000}, {1, 31, 32, 33, 500, 403}, {64, 936}, {17, 17, 17, 949}, {999, 1}}) {
+    std::vector<float> px(rows * C, 0.0f), pw(C, 0.5f), pb(C, -0.5f);
+    NormGradSums sums(2 * C);
+    int r0 = 0;
+    for (int n : pieces) {
+      const size_t o = size_t(r0) * C;
+      layernorm_backward_rows(px.data() + o, sums, dy.data() + o, x.data() + o, w.data(), mean.data() + r0,
+                              rstd.data() + r0, n, C);
+      r0 += n;
+    }
+    ASSERT_EQ(r0, rows);
+    sums.finish(pw.data(), pb.data());
+    EXPECT_EQ(px, dx) << pieces.size() << " pieces";
+    EXPECT_EQ(pw, dw) << pieces.size() << " pieces";
+    EXPECT_EQ(pb, db) << pieces.size() << " pieces";
+  }
 }
 
 }  // namespace

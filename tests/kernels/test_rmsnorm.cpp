@@ -92,4 +92,30 @@ TEST(RMSNorm, BackwardIsDeterministicAcrossThreadCounts) {
   EXPECT_EQ(results[0], results[2]);
 }
 
+// Rows given in pieces of any size (the fused LM head's chunks) give bitwise the one call's dinp and
+// dweight.
+TEST(RMSNorm, BackwardInPiecesIsBitwiseOneCall) {
+  constexpr int rows = 1000;
+  auto x = random_floats(rows * C, 31), w = random_floats(C, 32), dy = random_floats(rows * C, 33);
+  std::vector<float> out(rows * C), rstd(rows);
+  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, C, kEps);
+  std::vector<float> dx(rows * C, 0.0f), dw(C, 0.25f);
+  rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), rows, C);
+  for (const std::vector<int>& pieces :
+       std::vector<std::vector<int>>{{1, 31, 32, 33, 500, 403}, {64, 936}, {17, 17, 17, 949}, {999, 1}}) {
+    std::vector<float> px(rows * C, 0.0f), pw(C, 0.25f);
+    NormGradSums sums(C);
+    int r0 = 0;
+    for (int n : pieces) {
+      const size_t o = size_t(r0) * C;
+      rmsnorm_backward_rows(px.data() + o, sums, dy.data() + o, x.data() + o, w.data(), rstd.data() + r0, n,
+                            C);
+      r0 += n;
+    }
+    sums.finish(pw.data());
+    EXPECT_EQ(px, dx) << pieces.size() << " pieces";
+    EXPECT_EQ(pw, dw) << pieces.size() << " pieces";
+  }
+}
+
 }  // namespace

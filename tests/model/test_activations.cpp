@@ -76,11 +76,15 @@ TEST(Activations, BytesForMatchesAllocate) {
                   EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, gq),
                             a.bytes())
                       << what;
-                  // The disk tier's file: as accounted (the layers but the last, each padded to 4 KiB).
+                  // The disk tier's file: as accounted (the layer inputs but the last layer's and a stage's
+                  // given input, each padded to 4 KiB).
                   const uint64_t disk = kept_output_disk_bytes_for(
-                      range.layers(), size_t(split.rows(int64_t(s.B) * s.T)) * s.d_model, memory);
+                      range.layers(), size_t(split.rows(int64_t(s.B) * s.T)) * s.d_model, memory,
+                      range.embeddings());
                   EXPECT_EQ(a.kept.disk ? a.kept.disk->file_bytes() : 0, disk) << what;
-                  EXPECT_EQ(disk > 0, tier == MemoryTier::disk && range.layers() > 1) << what;
+                  EXPECT_EQ(disk > 0,
+                            tier == MemoryTier::disk && range.layers() - 1 - (range.embeddings() ? 0 : 1) > 0)
+                      << what;
                   ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU 3d
                   lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
                   lc.d_ff = 3 * s.d_model;

@@ -148,7 +148,8 @@ TEST(Checkpointing, DiskTierIsBitwiseRamTier) {
         EXPECT_EQ(disk.losses, ram.losses) << what;
         EXPECT_EQ(disk.grads, ram.grads) << what;
         EXPECT_EQ(disk.attention_forwards, ram.attention_forwards) << what;
-        // Two layer outputs resident instead of three.
+        // One layer input resident (the slot) instead of three (the embeddings' output and two layer
+        // outputs; the last layer's output is in d(residual) in both tiers).
         EXPECT_LT(disk.activation_bytes, ram.activation_bytes) << what;
       }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "scratch files are unlinked";
@@ -168,9 +169,30 @@ TEST(Checkpointing, DiskTierCorruptRecordIsANamedError) {
   model.loss(*acts, 1.0f / 64, nullptr);
   OffloadFile& file = *static_cast<Gpt2Activations&>(*acts).kept.disk;
   EXPECT_EQ(file.file_bytes(), model.offload_bytes_for(2, 32));
-  file.corrupt_for_test(0, 77);  // record 0: layer 0's output, the input of layer 1
+  file.corrupt_for_test(1,
+                        77);  // record 1: layer 0's output, the input of layer 1 (record 0: the embeddings')
   testing_data::expect_error([&] { model.backward(*acts); },
                              {"the input of layer 1", "corrupt", file.path(), "memory.offload_dir"});
+}
+
+// Recomputing policies keep the head's input (the last layer's output) in d(residual), where a loss
+// with a gradient writes d(output): a second such loss before the next forward is refused by name.
+TEST(Checkpointing, SecondGradientLossBeforeTheForwardIsRefused) {
+  ModelConfig c;
+  c.n_layer = 2, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
+  GPT2 model(c);
+  init_parameters(model.params(), model.table(), c, 3);
+  model.set_memory({CheckpointPolicy::full, 0, 8});
+  auto acts = model.make_activations();
+  std::vector<int> in(64), tg(64);
+  for (int i = 0; i < 64; ++i) in[size_t(i)] = i % 50, tg[size_t(i)] = (i * 3) % 50;
+  model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
+  const double eval = model.loss(*acts, 0.0f, nullptr);  // no gradient: may run first
+  EXPECT_EQ(model.loss(*acts, 1.0f / 64, nullptr), eval);
+  testing_data::expect_error([&] { model.loss(*acts, 1.0f / 64, nullptr); },
+                             {"loss with a gradient already ran", "memory.checkpoint = full", "forward"});
+  model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
+  EXPECT_EQ(model.loss(*acts, 1.0f / 64, nullptr), eval);
 }
 
 TEST(Checkpointing, DiskTierNeedsARecomputingPolicyAndADirectory) {

@@ -56,7 +56,7 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
       l.allocate(c, B, T, !shared_qkv, query_chunks.with_kv({-1, 0, true, true}), split);
     if (kept.keeps_attention()) l.atty.resize(N * C / t), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
-  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin);
+  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = Gpt2LayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
@@ -64,11 +64,12 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
     kept.work.allocate(c, B, T, !shared_qkv,
                        query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)), split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
-  encoded.resize(range.embeddings() ? R * C : 0);
-  lnf.resize(head ? R * C : 0);
-  lnf_mean.resize(head ? R : 0);
-  lnf_rstd.resize(head ? R : 0);
-  logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
+  // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
+  encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
+  lnf_params.resize(head ? 2 * C : 0);
+  lnf_sums.reset(head ? int(2 * C) : 0);
+  const size_t head_floats = head ? lm_head_floats(head_chunk, split, int64_t(V), int(C)) : 0;
+  head_own.resize(lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   losses.resize(head ? N : 0);
   tokens.resize(N);
   targets.resize(N);
@@ -77,9 +78,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
 }
 
 size_t Gpt2Activations::bytes() const {
-  size_t total = encoded.bytes() + lnf.bytes() + lnf_mean.bytes() + lnf_rstd.bytes() + logits.bytes() +
-                 losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() + dres.bytes() +
-                 scratch.bytes() + kept.bytes();
+  size_t total = encoded.bytes() + lnf_params.bytes() + head_own.bytes() + losses.bytes() + tokens.bytes() +
+                 targets.bytes() + positions.bytes() + dres.bytes() + scratch.bytes() + kept.bytes();
   return total;
 }
 
@@ -90,12 +90,14 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // encoded (with the embeddings), lnf (with the head) and dres [R, C]; with the head, lnf stats [R],
-  // losses [N] and logits [chunk G, rows(V)].
+  // encoded (with the embeddings, unless kept on disk) and dres [R, C]; with the head, the final norm's
+  // weight and bias [2C], losses [N] and the head's buffers (logits [chunk G, rows(V)] and the norm's
+  // chunk buffers) unless it borrows the scratch.
+  const size_t head_floats =
+      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
   const size_t floats =
-      R * C * (1 + range.embeddings() + head) +
-      (head ? 2 * R + N + size_t(lm_head_block_rows(head_rows(int(R), memory.head_chunk_tokens), split)) * V
-            : 0);
+      R * C * (1 + (range.embeddings() && !KeptLayers<Gpt2LayerActs>::keeps_embeddings(memory, true))) +
+      (head ? 2 * C + N : 0) + (lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, C] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
@@ -109,8 +111,9 @@ size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range,
   const size_t work = Gpt2LayerActs::bytes_for(
       c, B, T, !shared_qkv, query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)),
       split);
-  // The layer outputs are in RAM, or on disk with two resident (KeptLayers::allocate_outputs).
-  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory);
+  // The layer outputs are in RAM but the last (in dres), or on disk with one slot resident
+  // (KeptLayers::allocate_outputs).
+  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory, range.embeddings());
   if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = outputs + L * (N * C / t + size_t(B) * c.n_head / t * T) * sizeof(float) + work;
@@ -141,7 +144,7 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
 
 const float* GPT2::logits(const StageActivations& acts) const {
   const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
-  return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+  return has_head() && a.head_chunk == a.B * a.T ? const_cast<Gpt2Activations&>(a).head_buffers() : nullptr;
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
@@ -159,28 +162,31 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
   a.allocate(c, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(), vocab_->rows(c.vocab_size),
              qc);
   a.head_backward_done = false;
-  const int N = B * T, C = c.d_model, R = int(split().rows(N));
+  const int N = B * T, C = c.d_model;
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
+  const float* input = a.input;
   if (emb) {
     hooks_->before_forward(0);
-    vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.wte),
-                              w(*names_.wpe), N, C, memory_.chunk_tokens, o);
+    float* e = a.kept.embeddings_output(a.encoded);
+    input = e;
+    vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), w(*names_.wte), w(*names_.wpe), N, C,
+                              memory_.chunk_tokens, o);
+    a.kept.keep_embeddings_output();
     hooks_->after_forward(0);
   }
-  const float* input = emb ? a.encoded.data() : a.input;
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l) {
                    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, *linears_,
                                       a.scratch, shape(a), o);
                  });
   if (!has_head()) return;
+  // The final norm's forward use: its weight and bias for loss(), which runs it chunk by chunk with the
+  // head (no [N, C] norm output).
   hooks_->before_forward(final_unit());
-  observed(o, "layernorm.fwd", 0, [&] {
-    layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), a.output(), w(*names_.lnf_w),
-                      w(*names_.lnf_b), R, C);
-  });
+  std::copy(w(*names_.lnf_w), w(*names_.lnf_w) + C, a.lnf_params.data());
+  std::copy(w(*names_.lnf_b), w(*names_.lnf_b) + C, a.lnf_params.data() + C);
   hooks_->after_forward(final_unit());
   // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
   if (head_unit() != final_unit()) {
@@ -191,8 +197,19 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const double sum = head_loss(a.lnf.data(), names_.wte, a.targets.data(), a.losses.data(), a.logits.data(),
-                               a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
+  // Recomputing policies keep the head's input in dres, which a loss with a gradient overwrites.
+  ODY_CHECK(!(a.head_backward_done && a.kept.recomputes_layers()),
+            "loss: a loss with a gradient already ran since the forward (memory.checkpoint = {} keeps the "
+            "last layer's output where its gradient now is); run forward again",
+            enum_name(kCheckpointPolicyNames, a.kept.policy));
+  const int C = config_.d_model;
+  FinalNorm norm;
+  norm.weight = a.lnf_params.data(), norm.bias = a.lnf_params.data() + C;
+  norm.sums = &a.lnf_sums;
+  float* block =
+      place_lm_head(a.head_buffers(), norm, a.head_chunk, split(), vocab_->rows(config_.vocab_size), C);
+  const double sum = head_loss(a.output(), norm, names_.wte, a.targets.data(), a.losses.data(), block,
+                               a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -209,13 +226,9 @@ void GPT2::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dln = a.scratch.head_grad();  // d(lnf), from loss()
+    // loss() left d(last layer output) in dres and the final norm's weight gradients in lnf_sums.
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
-    observed(o, "layernorm.bwd", 0, [&] {
-      layernorm_backward(a.dres.data(), d(*names_.lnf_w), d(*names_.lnf_b), dln, a.output(), w(*names_.lnf_w),
-                         a.lnf_mean.data(), a.lnf_rstd.data(), R, C);
-    });
+    a.lnf_sums.finish(d(*names_.lnf_w), d(*names_.lnf_b));
     hooks_->after_backward(final_unit());
   } else {
     ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",

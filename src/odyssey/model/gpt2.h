@@ -14,11 +14,14 @@
 // A stage's units are numbered from 0 in the same order over what it holds; a last stage without the
 // embeddings keeps the tied head's wte in its final unit.
 //
-// The LM head and the loss are fused and chunked over tokens (long-context-memory.md §4.4): loss()
-// computes the logits of head_chunk_tokens rows at a time, their cross-entropy and, in training, their
-// gradient at once (dlnf and the tied embedding's gradient; the LM head's backward use of unit 0
-// begins there), so only one [chunk, V] block of logits ever exists. A chunk covering the whole
-// micro-batch computes exactly the unchunked head.
+// The final norm, the LM head and the loss are fused and chunked over tokens (long-context-memory.md
+// §4.4, lm_head.h): loss() normalizes head_chunk_tokens rows of the last layer's output at a time and
+// computes their logits, cross-entropy and, in training, their gradient at once (d(last layer output),
+// the tied embedding's gradient, the LM head's backward use of unit 0 beginning there, and the final
+// norm's weight gradients, which backward() adds at the final norm's backward use), so only one
+// [chunk, V] block of logits and one chunk of the norm's output ever exist. The final norm's forward
+// use (forward()) takes a copy of its weight and bias for loss(). A chunk covering the whole
+// micro-batch computes exactly the unchunked norm and head.
 #pragma once
 
 #include <cstdint>
@@ -46,10 +49,12 @@ struct Gpt2Activations : StageActivations {
   IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer encoded;                   // [R, C] (R = split.rows(N): all N or this rank's TP-SP slice)
   KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
-  FloatBuffer lnf, lnf_mean, lnf_rstd;   // [R, C], [R], [R]
-  FloatBuffer logits;   // [chunk G, rows(V)]: one chunk of the LM head's logits (dlogits in training)
-  int head_chunk = 0;   // rows per LM-head chunk (N: one chunk)
-  int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
+  FloatBuffer lnf_params;                // [2C] the final norm's weight and bias, taken at its forward use
+  NormGradSums lnf_sums;                 // [2C] d(final norm weight, bias) from loss() until backward()
+  FloatBuffer head_own;  // the head's buffers (lm_head_floats: one chunk's logits, dlogits in training, and
+                         // the final norm's chunk buffers) unless it borrows the scratch (head_buffers())
+  int head_chunk = 0;    // rows per LM-head chunk (N: one chunk)
+  int layer_chunk = 0;   // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
   FloatBuffer losses;               // [N]
   FloatBuffer dres;                 // [R, C] d(residual stream), carried down through the layers
@@ -68,7 +73,9 @@ struct Gpt2Activations : StageActivations {
                           const TpSplit& split = {}, int64_t vocab_rows = 0,
                           const QueryChunks& query_chunks = {});
 
-  const float* output() const override { return kept.output(kept.layers.size() - 1); }
+  // The head's buffers: its own, or on long sequences the scratch's (lm_head_borrows_scratch).
+  float* head_buffers() { return head_own.size() ? head_own.data() : scratch.head_grad(); }
+  const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
   OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }
 };

@@ -15,14 +15,21 @@
 // recomputing policy's working layer holds the token-local activations of one row chunk
 // (memory.chunk_tokens) and recomputes them chunk by chunk inside the backward.
 //
-// The disk tier (memory.tier = disk, keep_attention and full): the layer outputs (the next layers'
-// inputs) live in two slots instead of one buffer per layer. Layer i writes its output into slot i % 2,
-// which the I/O thread then writes to the scratch file (core/offload_file.h) while layer i + 1 reads it;
-// layer i + 2 waits for that write before reusing the slot. The backward of layer i waits for its input
-// (slot (i - 1) % 2: still there from the forward for the last layer, else read back) and starts the
-// read of layer i - 1's input into slot i % 2, whose content (layer i's output) nobody needs any more.
-// The last layer's output (the head's input) is never written. The same bytes come back, checksummed:
-// the arithmetic, and so every bit, is the RAM tier's.
+// Recomputing policies keep the last layer's output (the LM head's input, or the stage's output) in
+// the stage's d(residual) buffer, which lends it (`lent`): the head turns it into d(output) in place
+// (lm_head.h), a stage without the head overwrites it with the d(output) it receives.
+//
+// The disk tier (memory.tier = disk, keep_attention and full): the layer inputs live in one slot of
+// their own and the lent buffer, in turns, and the layer inputs a backward reads back go to a scratch
+// file (core/offload_file.h). Layer i's output goes to the lent buffer when n - 1 - i is even, else to
+// the slot (i = -1: the embeddings' output, layer 0's input, when the stage has the embeddings), so
+// the last layer's output lands in the lent buffer and its input in the slot. The I/O thread writes
+// each layer input the backward will read back (all but the last layer's, which stays in the slot,
+// and a stage's given input, which is the caller's) while the next layer reads it; the layer after
+// waits for that write before reusing the buffer. In the backward the lent buffer carries d(residual), so every
+// layer's input is read back into the slot, once the layer above is done with it: the read is not
+// overlapped with compute (it is counted as I/O stall), the price of holding a single layer input.
+// The same bytes come back, checksummed: the arithmetic, and so every bit, is the RAM tier's.
 #pragma once
 
 #include <algorithm>
@@ -42,6 +49,12 @@
 
 namespace odyssey {
 
+// The layer inputs the disk tier keeps on disk for n layers: those of layers [embeddings ? 0 : 1, n - 1)
+// (the last layer's stays resident, a stage's given input is the caller's).
+inline int kept_input_records(int n, bool embeddings) {
+  return std::max(0, n - 1 - (embeddings ? 0 : 1));
+}
+
 // What a micro-batch keeps of its layers, per policy.
 template <typename LayerActs>
 struct KeptLayers {
@@ -56,40 +69,56 @@ struct KeptLayers {
   bool recomputes_layers() const { return keeps_layer_inputs(policy); }
   bool keeps_attention() const { return policy == CheckpointPolicy::keep_attention; }
 
-  // Disk tier: the two resident layer outputs, which layer's output each holds (-1: none) and the
-  // ticket of its last I/O request; the scratch file (null with fewer than two layers: nothing to write).
+  // Recomputing policies: the stage's d(residual) buffer, lent to hold the last layer's output (and on
+  // disk every other layer input); on disk also the slot, the tickets of the last I/O request on each
+  // (0: slot, 1: lent) and the scratch file (null when no input is read back).
+  FloatBuffer* lent = nullptr;
   MemoryTier tier = MemoryTier::ram;
-  FloatBuffer slots[2];
-  int slot_layer[2] = {-1, -1};
-  uint64_t slot_ticket[2] = {0, 0};
+  FloatBuffer slot;
+  uint64_t ticket[2] = {0, 0};
   std::unique_ptr<OffloadFile> disk;
   std::string offload_dir;
+  bool embeddings = false;  // the stage computes layer 0's input (the embeddings' output, output(-1))
+  int first_record = 0;     // the scratch file's record r holds layer first_record + r's input
   bool on_disk() const { return tier == MemoryTier::disk; }
+  // Whether the embeddings' output is a kept layer input here (on disk) rather than the stage's own.
+  static bool keeps_embeddings(const MemoryOptions& memory, bool embeddings) {
+    return embeddings && memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint);
+  }
 
-  // Layer i's output (the stage's i-th layer; the next one's input). On disk: resident only while the
-  // layer loops keep it so (the last layer's from its forward until the backward begins).
-  const float* output(size_t i) const { return on_disk() ? slots[i % 2].data() : layers[i].residual3.data(); }
-  FloatBuffer& output_buffer(size_t i) { return on_disk() ? slots[i % 2] : layers[i].residual3; }
+  // Layer i's output (the stage's i-th layer; the next one's input; i = -1: the embeddings' output on
+  // disk), in the forward. On disk: resident only while the layer loops keep it so.
+  int buffer_of(int i) const { return (int(layers.size()) - 1 - i) % 2 == 0 ? 1 : 0; }
+  FloatBuffer& output_buffer(int i) {
+    if (on_disk()) return buffer_of(i) ? *lent : slot;
+    return recomputes_layers() && i == int(layers.size()) - 1 ? *lent : layers[size_t(i)].residual3;
+  }
+  const float* output(int i) const { return const_cast<KeptLayers*>(this)->output_buffer(i).data(); }
 
   // Room for the outputs of the n layers of `floats` each that a recomputing policy keeps: in RAM per
-  // layer, or in two slots and a scratch file in memory.offload_dir for the n - 1 that are later
-  // layers' inputs (first_layer numbers the layers in errors). Other policies: RAM, nothing here.
-  void allocate_outputs(int n, size_t floats, const MemoryOptions& memory, int first_layer) {
+  // layer but the last (in `lent_buffer`), or on disk in the slot, the lent buffer and a scratch file
+  // in memory.offload_dir (first_layer numbers the layers in errors; with_embeddings: the stage computes
+  // layer 0's input). Other policies: RAM, nothing here.
+  void allocate_outputs(int n, size_t floats, const MemoryOptions& memory, int first_layer,
+                        bool with_embeddings, FloatBuffer& lent_buffer) {
     tier = recomputes_layers() ? memory.tier : MemoryTier::ram;
     offload_dir = memory.offload_dir;
+    embeddings = with_embeddings;
     disk.reset();
-    slot_layer[0] = slot_layer[1] = -1;
-    slot_ticket[0] = slot_ticket[1] = 0;
-    for (FloatBuffer& s : slots) s.resize(0);
+    ticket[0] = ticket[1] = 0;
+    slot.resize(0);
+    lent = &lent_buffer;
     if (!recomputes_layers()) return;
     if (!on_disk()) {
-      for (LayerActs& l : layers) l.residual3.resize(floats);
+      for (int i = 0; i + 1 < n; ++i) layers[size_t(i)].residual3.resize(floats);
       return;
     }
-    for (int s = 0; s < std::min(n, 2); ++s) slots[s].resize(floats);
-    if (n > 1)
-      disk = std::make_unique<OffloadFile>(offload_dir, n - 1, floats * sizeof(float), "memory.offload_dir",
-                                           "the input of layer", first_layer + 1);
+    if (n > 1 || embeddings) slot.resize(floats);
+    first_record = embeddings ? 0 : 1;
+    const int records = kept_input_records(n, embeddings);
+    if (records > 0)
+      disk = std::make_unique<OffloadFile>(offload_dir, records, floats * sizeof(float), "memory.offload_dir",
+                                           "the input of layer", first_layer + first_record);
   }
   // True when allocate_outputs ran with these options (the policy, the tier and the directory).
   bool allocated_for(const MemoryOptions& memory) const {
@@ -100,34 +129,58 @@ struct KeptLayers {
     return disk ? OffloadStats{disk->bytes_written(), disk->bytes_read(), disk->stall_seconds()}
                 : OffloadStats{};
   }
-  // Everything held in RAM: the layers, the working layer and the slots.
+  // Everything held in RAM: the layers, the working layer and the slot (not the lent buffer).
   size_t bytes() const {
-    size_t total = work.bytes() + slots[0].bytes() + slots[1].bytes();
+    size_t total = work.bytes() + slot.bytes();
     for (const LayerActs& l : layers) total += l.bytes();
     return total;
   }
 
-  // The layer loops' disk-tier steps (no-ops in RAM). Before layer i's forward writes its output: the
-  // slot's last write (layer i - 2's output) must be done.
+  // The layer loops' disk-tier steps (no-ops in RAM). Before layer i's forward (i = -1: the
+  // embeddings) writes its output: the buffer's last write (layer i - 2's output) must be done.
   void claim_output(int i) {
-    if (on_disk() && disk) disk->wait(slot_ticket[i % 2]);
-    if (on_disk()) slot_layer[i % 2] = i;
+    if (on_disk() && disk) disk->wait(ticket[buffer_of(i)]);
   }
-  // After layer i's forward (of n): its output goes to disk if a later layer's backward needs it.
-  void keep_output(int i, int n) {
-    if (on_disk() && disk && i < n - 1) slot_ticket[i % 2] = disk->write(i, slots[i % 2].data());
+  // After layer i's forward: its output goes to disk if a later layer's backward reads it back.
+  void keep_output(int i) {
+    const int layer = i + 1, n = int(layers.size());  // whose input it is
+    if (on_disk() && disk && layer >= first_record && layer < n - 1)
+      ticket[buffer_of(i)] = disk->write(layer - first_record, output_buffer(i).data());
   }
-  // Before layer i's backward: its input (layer i - 1's output) resident, and layer i - 2's output
-  // on its way into the slot layer i's output leaves.
-  void fetch_input(int i) {
-    if (!on_disk() || i == 0) return;
-    const int s = (i - 1) % 2;
-    if (disk) disk->wait(slot_ticket[s]);
-    ODY_CHECK(slot_layer[s] == i - 1, "disk tier: the input of layer {} is not resident (slot holds {})", i,
-              slot_layer[s]);
-    if (i >= 2) slot_ticket[i % 2] = disk->read(i - 2, slots[i % 2].data()), slot_layer[i % 2] = i - 2;
+  // Before layer i's backward: its input, resident (the slot, read back if need be), or null when it
+  // is the stage's given input.
+  const float* fetch_input(int i) {
+    const int n = int(layers.size());
+    if (!on_disk()) return i == 0 ? nullptr : output(i - 1);
+    if (i == 0 && !embeddings) return nullptr;
+    if (i < n - 1) disk->wait(disk->read(i - first_record, slot.data()));  // and every request before
+    return slot.data();
+  }
+  // Where the embeddings write their output: on disk the kept layer 0 input (claimed), else `own`.
+  float* embeddings_output(FloatBuffer& own) {
+    if (!on_disk() || !embeddings) return own.data();
+    claim_output(-1);
+    return output_buffer(-1).data();
+  }
+  // After the embeddings: their output goes to disk when layer 0's backward reads it back.
+  void keep_embeddings_output() {
+    if (on_disk() && embeddings) keep_output(-1);
   }
 };
+
+// What allocate_outputs keeps of n layers' outputs of `floats` each in RAM (one per layer but the
+// last, or the slot on disk; the lent buffer is the stage's) and on disk (the scratch file).
+inline size_t kept_output_bytes_for(int n, size_t floats, const MemoryOptions& memory, bool embeddings) {
+  if (memory.tier == MemoryTier::disk) return (n > 1 || embeddings ? 1 : 0) * floats * sizeof(float);
+  return size_t(std::max(n - 1, 0)) * floats * sizeof(float);
+}
+inline uint64_t kept_output_disk_bytes_for(int n, size_t floats, const MemoryOptions& memory,
+                                           bool embeddings) {
+  const int records = kept_input_records(n, embeddings);
+  return memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint) && records > 0
+             ? OffloadFile::bytes_for(records, floats * sizeof(float))
+             : 0;
+}
 
 // What the working layer of a recomputing policy holds (model/row_chunks.h): one chunk (`rows`) of its
 // token-local activations and, with query-chunked attention, of its qkv (beside the K/V prefix) and
@@ -139,17 +192,6 @@ inline LayerRows working_rows(CheckpointPolicy policy, int rows, bool query_chun
   return {rows, rows, true, false, query_chunks ? rows : -1, query_chunks && full ? rows : -1};
 }
 
-// What KeptLayers::allocate_outputs holds for n layers' outputs of `floats` each: in RAM (one per
-// layer, or two slots on the disk tier), and on disk (the scratch file).
-inline size_t kept_output_bytes_for(int n, size_t floats, const MemoryOptions& memory) {
-  return size_t(memory.tier == MemoryTier::disk ? std::min(n, 2) : n) * floats * sizeof(float);
-}
-inline uint64_t kept_output_disk_bytes_for(int n, size_t floats, const MemoryOptions& memory) {
-  return memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint) && n > 1
-             ? OffloadFile::bytes_for(n - 1, floats * sizeof(float))
-             : 0;
-}
-
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.
 template <typename LayerActs, typename Fwd>
 void forward_layers(KeptLayers<LayerActs>& k, const float* input, int first, int n, LayerHooks& hooks,
@@ -157,17 +199,17 @@ void forward_layers(KeptLayers<LayerActs>& k, const float* input, int first, int
   for (int i = 0; i < n; ++i) {
     const int l = first + i;
     hooks.before_forward(first_unit + i);
-    const float* x = i == 0 ? input : k.output(size_t(i) - 1);
+    const float* x = i == 0 ? input : k.output(i - 1);
     LayerActs& la = k.recomputes_layers() ? k.work : k.layers[size_t(i)];
     // The working layer writes its output straight into the kept one (lent, then given back).
-    if (k.recomputes_layers()) k.claim_output(i), std::swap(la.residual3, k.output_buffer(size_t(i)));
+    if (k.recomputes_layers()) k.claim_output(i), std::swap(la.residual3, k.output_buffer(i));
     if (k.cheap()) la.swap_cheap(k.work);
     fwd(la, x, l);
     if (k.cheap()) la.swap_cheap(k.work);
     if (k.recomputes_layers()) {
       LayerActs& kept = k.layers[size_t(i)];
-      std::swap(la.residual3, k.output_buffer(size_t(i)));
-      k.keep_output(i, n);
+      std::swap(la.residual3, k.output_buffer(i));
+      k.keep_output(i);
       if (k.keeps_attention()) {  // moved, not copied: the buffers are the same size
         std::swap(la.atty, kept.atty);
         std::swap(la.lse, kept.lse);
@@ -186,8 +228,8 @@ void backward_layers(KeptLayers<LayerActs>& k, const float* input, int first, in
   for (int i = n - 1; i >= 0; --i) {
     const int l = first + i;
     hooks.before_backward(first_unit + i);
-    if (k.recomputes_layers()) k.fetch_input(i);
-    const float* x = i == 0 ? input : k.output(size_t(i) - 1);
+    const float* x = k.recomputes_layers() ? k.fetch_input(i) : i == 0 ? nullptr : k.output(i - 1);
+    if (!x) x = input;
     LayerActs& la = k.recomputes_layers() ? k.work : k.layers[size_t(i)];
     if (k.keeps_attention()) {
       LayerActs& kept = k.layers[size_t(i)];

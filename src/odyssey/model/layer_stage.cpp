@@ -80,7 +80,8 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
 
 uint64_t LayerStage::offload_bytes_for(int B, int T) const {
   return kept_output_disk_bytes_for(range_.layers(),
-                                    size_t(split().rows(int64_t(B) * T)) * size_t(config_.d_model), memory_);
+                                    size_t(split().rows(int64_t(B) * T)) * size_t(config_.d_model), memory_,
+                                    range_.embeddings());
 }
 
 void LayerStage::take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T,
@@ -100,8 +101,9 @@ void LayerStage::take_tokens(const int* inputs, const int* targets, const int* p
   }
 }
 
-double LayerStage::head_loss(const float* x, const ParamInfo* head_param, const int* targets, float* losses,
-                             float* block, int chunk, float* dx, int N, float dloss, int64_t* count) {
+double LayerStage::head_loss(const float* x, const FinalNorm& norm, const ParamInfo* head_param,
+                             const int* targets, float* losses, float* block, int chunk, float* dx, int N,
+                             float dloss, int64_t* count) {
   ODY_CHECK(has_head() && head_param != nullptr, "loss: the stage of layers [{}, {}) has no LM head",
             range_.layer_begin, range_.layer_end);
   const ParamInfo& head = *head_param;
@@ -110,11 +112,10 @@ double LayerStage::head_loss(const float* x, const ParamInfo* head_param, const 
     // The head's backward use of its unit (a tied head: the embedding's) starts here: its gradient
     // accumulates chunk by chunk.
     hooks_->before_backward(head_unit());
-    observed(observer_, "memset.act_grads", 0,
-             [&] { std::fill(dx, dx + size_t(split().rows(N)) * config_.d_model, 0.0f); });
   }
   LmHeadArgs a;
   a.x = x;
+  a.norm = norm;
   a.w = param(head);
   a.targets = targets;
   a.losses = losses;

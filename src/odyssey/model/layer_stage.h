@@ -93,13 +93,14 @@ class LayerStage : public Stage {
   // positions, targets [B*T] (inputs are read only with the embeddings; targets null: none counted).
   void take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T, int* tokens,
                    int* token_positions, int* token_targets) const;
-  // The fused, chunked LM head and its loss (lm_head.h) over the final norm's output x [rows(N), C]
-  // with the head matrix `head`: the sum of the counted tokens' losses (all N of the tensor-parallel
-  // group), their count in *count; with dloss > 0 also dx (zeroed first) and the head's gradient, its
-  // backward use beginning here (the hooks). head is null on a stage without the head (refused, naming the
-  // stage).
-  double head_loss(const float* x, const ParamInfo* head, const int* targets, float* losses, float* block,
-                   int chunk, float* dx, int N, float dloss, int64_t* count);
+  // The fused, chunked final norm, LM head and loss (lm_head.h) over the last layer's output x [rows(N),
+  // C] with the head matrix `head`: the sum of the counted tokens' losses (all N of the tensor-parallel
+  // group), their count in *count; with dloss > 0 also dx (x's buffer may be dx), the head's gradient
+  // (its backward use beginning here, the hooks) and the final norm's weight gradients in norm.sums (the
+  // caller adds them at the norm's backward use). head is null on a stage without the head (refused,
+  // naming the stage).
+  double head_loss(const float* x, const FinalNorm& norm, const ParamInfo* head, const int* targets,
+                   float* losses, float* block, int chunk, float* dx, int N, float dloss, int64_t* count);
 
   // The blocks' linear seam in backward: the linears, or with deferred weight gradients those that
   // record their weight GEMMs.

@@ -70,7 +70,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
     if (kept.keeps_attention())
       l.atty.resize(N * size_t(c.n_head) / t * c.head_dim()), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
-  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin);
+  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = LlamaLayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
@@ -80,10 +80,12 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
   rope_cos.resize(N * half);
   rope_sin.resize(N * half);
-  encoded.resize(range.embeddings() ? R * C : 0);
-  fn.resize(head ? R * C : 0);
-  fn_rstd.resize(head ? R : 0);
-  logits.resize(size_t(lm_head_block_rows(head_chunk, split)) * V);
+  // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
+  encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
+  fn_weight.resize(head ? C : 0);
+  fn_sums.reset(head ? int(C) : 0);
+  const size_t head_floats = head ? lm_head_floats(head_chunk, split, int64_t(V), int(C)) : 0;
+  head_own.resize(lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   losses.resize(head ? N : 0);
   tokens.resize(N);
   targets.resize(N);
@@ -92,8 +94,8 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
 }
 
 size_t LlamaActivations::bytes() const {
-  size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn.bytes() + fn_rstd.bytes() +
-                 logits.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
+  size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn_weight.bytes() +
+                 head_own.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
                  dres.bytes() + scratch.bytes() + kept.bytes();
   return total;
 }
@@ -105,11 +107,15 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
                R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
                V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
   const bool head = range.head(c);
-  // rope tables [N, D/2] x 2; encoded (embeddings), fn (head) and dres [R, C]; with the head fn_rstd
-  // [R], losses [N] and logits [chunk G, rows(V)].
+  // rope tables [N, D/2] x 2; encoded (with the embeddings, unless kept on disk) and dres [R, C]; with
+  // the head the final norm's weight [C], losses [N] and the head's buffers (logits [chunk G, rows(V)]
+  // and the norm's chunk buffers) unless it borrows the scratch.
+  const size_t head_floats =
+      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
   const size_t floats =
-      2 * N * half + R * C * (1 + range.embeddings() + head) +
-      (head ? R + N + size_t(lm_head_block_rows(head_rows(int(R), memory.head_chunk_tokens), split)) * V : 0);
+      2 * N * half +
+      R * C * (1 + (range.embeddings() && !KeptLayers<LlamaLayerActs>::keeps_embeddings(memory, true))) +
+      (head ? C + N : 0) + (lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
   // per layer its output [N, C] (keep_attention: also the attention's output
   // [N, H D] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
@@ -123,8 +129,9 @@ size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range
   const size_t work = LlamaLayerActs::bytes_for(
       c, B, T, !shared_qkv, query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)),
       split);
-  // The layer outputs are in RAM, or on disk with two resident (KeptLayers::allocate_outputs).
-  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory);
+  // The layer outputs are in RAM but the last (in dres), or on disk with one slot resident
+  // (KeptLayers::allocate_outputs).
+  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory, range.embeddings());
   if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
   if (memory.checkpoint == CheckpointPolicy::keep_attention)
     layers = outputs +
@@ -149,7 +156,7 @@ std::unique_ptr<StageActivations> Llama::make_activations() const {
 
 const float* Llama::logits(const StageActivations& acts) const {
   const LlamaActivations& a = static_cast<const LlamaActivations&>(acts);
-  return has_head() && a.head_chunk == a.B * a.T ? a.logits.data() : nullptr;
+  return has_head() && a.head_chunk == a.B * a.T ? const_cast<LlamaActivations&>(a).head_buffers() : nullptr;
 }
 
 void Llama::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
@@ -167,7 +174,7 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   a.allocate(c, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(), vocab_->rows(c.vocab_size),
              qc);
   a.head_backward_done = false;
-  const int N = B * T, C = c.d_model, R = int(split().rows(N));
+  const int N = B * T, C = c.d_model;
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   auto w = [this](const ParamInfo& t) { return param(t); };
   OpObserver* o = observer_;
@@ -177,23 +184,26 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
   LlamaShape shape = LlamaShape::of(c, B, T, a.layer_chunk, split());
   shape.query_chunks = a.query_chunks;
+  const float* input = a.input;
   if (emb) {
     hooks_->before_forward(0);
-    vocab_->embedding_forward(a.encoded.data(), a.tokens.data(), a.positions.data(), w(*names_.embed),
-                              nullptr, N, C, memory_.chunk_tokens, o);
+    float* e = a.kept.embeddings_output(a.encoded);
+    input = e;
+    vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), w(*names_.embed), nullptr, N, C,
+                              memory_.chunk_tokens, o);
+    a.kept.keep_embeddings_output();
     hooks_->after_forward(0);
   }
-  const float* input = emb ? a.encoded.data() : a.input;
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](LlamaLayerActs& la, const float* x, int l) {
                    llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, *linears_,
                                        a.scratch, shape, rope, o);
                  });
   if (!has_head()) return;
+  // The final norm's forward use: its weight for loss(), which runs it chunk by chunk with the head (no
+  // [N, C] norm output).
   hooks_->before_forward(final_unit());
-  observed(o, "rmsnorm.fwd", 0, [&] {
-    rmsnorm_forward(a.fn.data(), a.fn_rstd.data(), a.output(), w(*names_.norm), R, C, float(c.rms_norm_eps));
-  });
+  std::copy(w(*names_.norm), w(*names_.norm) + C, a.fn_weight.data());
   hooks_->after_forward(final_unit());
   // The LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
   if (head_unit() != final_unit()) {
@@ -204,8 +214,19 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  const double sum = head_loss(a.fn.data(), names_.lm_head, a.targets.data(), a.losses.data(),
-                               a.logits.data(), a.head_chunk, a.scratch.head_grad(), a.B * a.T, dloss, count);
+  // Recomputing policies keep the head's input in dres, which a loss with a gradient overwrites.
+  ODY_CHECK(!(a.head_backward_done && a.kept.recomputes_layers()),
+            "loss: a loss with a gradient already ran since the forward (memory.checkpoint = {} keeps the "
+            "last layer's output where its gradient now is); run forward again",
+            enum_name(kCheckpointPolicyNames, a.kept.policy));
+  FinalNorm norm;
+  norm.weight = a.fn_weight.data();
+  norm.eps = float(config_.rms_norm_eps);
+  norm.sums = &a.fn_sums;
+  float* block = place_lm_head(a.head_buffers(), norm, a.head_chunk, split(),
+                               vocab_->rows(config_.vocab_size), config_.d_model);
+  const double sum = head_loss(a.output(), norm, names_.lm_head, a.targets.data(), a.losses.data(), block,
+                               a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
   a.head_backward_done = dloss > 0;
   return sum;
 }
@@ -225,13 +246,9 @@ void Llama::backward(StageActivations& acts) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
-    const float* dfn = a.scratch.head_grad();  // from loss()
+    // loss() left d(last layer output) in dres and the final norm's weight gradient in fn_sums.
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    observed(o, "memset.act_grads", 0, [&] { a.dres.zero(); });
-    observed(o, "rmsnorm.bwd", 0, [&] {
-      rmsnorm_backward(a.dres.data(), d(*names_.norm), dfn, a.output(), w(*names_.norm), a.fn_rstd.data(), R,
-                       C);
-    });
+    a.fn_sums.finish(d(*names_.norm));
     hooks_->after_backward(final_unit());
   } else {
     ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",

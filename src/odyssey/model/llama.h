@@ -29,8 +29,9 @@ struct LlamaActivations : StageActivations {
   FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
   FloatBuffer encoded;              // [R, C] the token embeddings (with the embeddings; R = split.rows(N))
   KeptLayers<LlamaLayerActs> kept;  // per layer, as the checkpoint policy keeps them
-  FloatBuffer fn, fn_rstd;          // [R, C], [R] the final RMSNorm (with the head)
-  FloatBuffer logits;               // [chunk G, rows(V)]
+  FloatBuffer fn_weight;  // [C] the final RMSNorm's weight, taken at its forward use (with the head)
+  NormGradSums fn_sums;   // [C] d(final norm weight) from loss() until backward()
+  FloatBuffer head_own;   // the head's buffers unless it borrows the scratch (head_buffers())
   int head_chunk = 0;
   int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
   bool head_backward_done = false;
@@ -46,7 +47,9 @@ struct LlamaActivations : StageActivations {
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
                           const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0,
                           const QueryChunks& query_chunks = {});
-  const float* output() const override { return kept.output(kept.layers.size() - 1); }
+  // The head's buffers: its own, or on long sequences the scratch's (lm_head_borrows_scratch).
+  float* head_buffers() { return head_own.size() ? head_own.data() : scratch.head_grad(); }
+  const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
   OffloadStats offload() const override { return kept.offload(); }
   const float* input_grad() const override { return dres.data(); }
 };
