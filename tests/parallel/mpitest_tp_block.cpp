@@ -159,7 +159,6 @@ void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
   cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 40, cfg.seq_len = domino.T, cfg.vocab_size = 64;
   if (domino.on) chunk = domino.B * domino.T / (sp ? t : 1) / 2;  // the two halves of a rank's rows
   BlockShape s{domino.B, domino.T, cfg.d_model, cfg.n_head, chunk};
-  if (domino.query_chunks) s.query_chunks = {true, LocalAttention().kv_prefix(s.H / t, s.D())};
   const int C = s.C, N = s.N(), L = 2;
   std::vector<Layer> global = {random_layer(C, 100), random_layer(C, 200)};
   const Vec x = sp_test::uniform(size_t(N) * C, 7, 1.0f), dy = sp_test::uniform(size_t(N) * C, 8, 1.0f);
@@ -169,20 +168,22 @@ void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
                  const Vec& dy_in, Vec& out, Vec& dx) {
     LocalAttention attention;
     const TpSplit split = lin.split();
+    BlockShape run_shape = s;  // the K/V prefix of this run's heads
+    if (domino.query_chunks) run_shape.query_chunks = {true, attention.kv_prefix(s.H / split.t, s.D())};
     std::vector<Gpt2LayerActs> acts(L);
     Gpt2BlockScratch scratch;
-    scratch.allocate(cfg, s.B, s.T, false, true, s.chunk, split, s.query_chunks);
+    scratch.allocate(cfg, s.B, s.T, false, true, s.chunk, split, run_shape.query_chunks);
     for (auto& a : acts) a.allocate(cfg, s.B, s.T, true, {}, split);
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
-      gpt2_block_forward(acts[l], in, layers[l].tensors(), attention, lin, scratch, s);
+      gpt2_block_forward(acts[l], in, layers[l].tensors(), attention, lin, scratch, run_shape);
       in = acts[l].residual3.data();
     }
     out.assign(in, in + x_in.size());
     dx = dy_in;
     for (int l = L - 1; l >= 0; --l)
       gpt2_block_backward(dx.data(), acts[l], l ? acts[l - 1].residual3.data() : x_in.data(),
-                          layers[l].tensors(), grads[l].tensors(), attention, lin, scratch, s);
+                          layers[l].tensors(), grads[l].tensors(), attention, lin, scratch, run_shape);
   };
 
   std::vector<Layer> ref_grads = {Layer::zeros_like(global[0]), Layer::zeros_like(global[1])};

@@ -7,6 +7,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/model/fused_qkv.h"
+#include "odyssey/model/row_chunks.h"
 
 namespace odyssey {
 
@@ -27,21 +28,6 @@ void AttentionOp::backward_chunk(float*, MutKvRows, const float*, const float*, 
                                  KvRows, int, int, int, int, int) {
   ODY_CHECK(false, "this attention op does not run query chunks");
 }
-
-namespace {
-
-// Calls f(b, t0, m, i) for each piece of the rows [r, r + n) within one sequence of T tokens: chunk rows
-// [i, i + m) are the tokens [t0, t0 + m) of sequence b.
-template <typename F>
-void for_each_piece(int r, int n, int T, F&& f) {
-  for (int i = 0; i < n;) {
-    const int b = (r + i) / T, t0 = (r + i) % T, m = std::min(n - i, T - t0);
-    f(b, t0, m, i);
-    i += m;
-  }
-}
-
-}  // namespace
 
 LocalAttention::LocalAttention(int n_kv_head) : n_kv_head_(n_kv_head) {}
 

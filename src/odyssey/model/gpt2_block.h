@@ -66,9 +66,9 @@ struct Gpt2LayerActs {
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's
 // activation gradients (c rows: one chunk, see BlockShape::chunk). With query chunks (and more than
-// one chunk) datty and dqkv hold one chunk, dkv the dK and dV of every row. head_grad() carries the
-// stage's d(final norm output) from the LM head to the final norm's backward: datty when it holds
-// every row, else dkv (idle until the layers' backward; at least C wide).
+// one chunk) datty and dqkv hold one chunk, dkv the dK and dV of every row. head_grad(): a buffer of
+// at least R x C floats idle while the LM head runs (datty when it holds every row, else dkv), which
+// the head borrows for its own buffers on long sequences (lm_head_borrows_scratch, model/lm_head.h).
 struct Gpt2BlockScratch {
   FloatBuffer qkv;              // [N, 3C] only when layers keep no qkv
   FloatBuffer datty, dqkv;      // [N, C], [N, 3C] (query chunks: [c, C], [c, 3C])

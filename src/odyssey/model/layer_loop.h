@@ -26,8 +26,8 @@
 // the last layer's output lands in the lent buffer and its input in the slot. The I/O thread writes
 // each layer input the backward will read back (all but the last layer's, which stays in the slot,
 // and a stage's given input, which is the caller's) while the next layer reads it; the layer after
-// waits for that write before reusing the buffer. In the backward the lent buffer carries d(residual), so every
-// layer's input is read back into the slot, once the layer above is done with it: the read is not
+// waits for that write before reusing the buffer. In the backward the lent buffer carries d(residual), so
+// every layer's input is read back into the slot, once the layer above is done with it: the read is not
 // overlapped with compute (it is counted as I/O stall), the price of holding a single layer input.
 // The same bytes come back, checksummed: the arithmetic, and so every bit, is the RAM tier's.
 #pragma once

@@ -76,9 +76,9 @@ struct LlamaLayerActs {
 
 // Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's
 // activation gradients (c rows: one chunk). With query chunks (more than one chunk) datty and dqkv
-// hold one chunk and dkv the dK, dV of every row. head_grad() carries the stage's d(final norm output)
-// from the LM head to the final norm's backward: datty (max(C, H D) wide) when it holds every row,
-// else dkv (max(C, 2 Hkv D) wide).
+// hold one chunk and dkv the dK, dV of every row. head_grad(): a buffer of at least R x C floats idle
+// while the LM head runs (datty, max(C, H D) wide, when it holds every row, else dkv, at least C wide),
+// which the head borrows for its own buffers on long sequences (lm_head_borrows_scratch, lm_head.h).
 struct LlamaBlockScratch {
   FloatBuffer qkv;           // [N, (H + 2 Hkv) D] only when layers keep no qkv
   FloatBuffer datty, dqkv;   // [N, max(C, H D)], [N, (H + 2 Hkv) D] (query chunks: [c, H D], [c, ...])

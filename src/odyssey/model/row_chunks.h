@@ -41,6 +41,17 @@ struct RowChunks {
   }
 };
 
+// Calls f(b, t0, m, i) for each piece of the rows [r, r + n) within one sequence of T tokens: chunk rows
+// [i, i + m) are the tokens [t0, t0 + m) of sequence b (a query chunk is one piece: RowChunks::seq).
+template <typename F>
+void for_each_piece(int r, int n, int T, F&& f) {
+  for (int i = 0; i < n;) {
+    const int b = (r + i) / T, t0 = (r + i) % T, m = std::min(n - i, T - t0);
+    f(b, t0, m, i);
+    i += m;
+  }
+}
+
 // Row r of a token-local buffer of `width` floats per row: a buffer that holds all N rows is indexed
 // directly, one that holds a single chunk starts at the chunk's first row.
 inline float* row_at(FloatBuffer& b, int r, int N, size_t width) {

@@ -7,6 +7,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/model/fused_qkv.h"
+#include "odyssey/model/row_chunks.h"
 
 namespace odyssey {
 namespace {
@@ -36,17 +37,6 @@ void full_to_blocks(float* blocks, const float* full, int U, int B, int T, int64
       for (int t = 0; t < T; ++t)
         copy(blocks + ((int64_t(i) * B + b) * T + t) * w,
              full + (int64_t(b) * U * T + int64_t(i) * T + t) * w, w);
-}
-
-// Calls f(b, t0, m, i) for each piece of the rows [r, r + n) within one sequence of T tokens: chunk rows
-// [i, i + m) are the tokens [t0, t0 + m) of sequence b (a query chunk is one piece: RowChunks::seq).
-template <typename F>
-void for_each_piece(int r, int n, int T, F&& f) {
-  for (int i = 0; i < n;) {
-    const int b = (r + i) / T, t0 = (r + i) % T, m = std::min(n - i, T - t0);
-    f(b, t0, m, i);
-    i += m;
-  }
 }
 
 }  // namespace
