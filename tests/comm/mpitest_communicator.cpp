@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstring>
+#include <fstream>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -256,6 +260,74 @@ TEST_P(Collectives, BroadcastFromLastRank) {
   std::vector<uint8_t> v(9, static_cast<uint8_t>(r));
   w.broadcast(v.data(), v.size(), DType::u8, P - 1);
   for (uint8_t x : v) ASSERT_EQ(x, P - 1);
+}
+
+// Reductions in pieces (32 MiB by default, here 40 and 12 bytes: several pieces, short last ones)
+// give bitwise the one-call result on values whose sum depends on the order, sync and async.
+TEST(Communicator, ReductionPiecesAreBitwiseOneCall) {
+  Communicator& w = world();
+  const int P = w.size(), r = w.rank();
+  const size_t n = 1003;
+  std::vector<float> values(P * n);
+  for (size_t k = 0; k < values.size(); ++k)  // magnitudes 1e-4..1e4: rounding depends on the order
+    values[k] =
+        std::ldexp(1.0f + float((k * 2654435761u + r * 40503u) % 1000) / 997.0f, int((k + r) % 27) - 13);
+  const size_t default_piece = MpiCommunicator::max_reduction_bytes();
+  auto run = [&](size_t piece_bytes, bool async) {
+    MpiCommunicator::set_max_reduction_bytes(piece_bytes);
+    std::vector<float> summed(values.begin(), values.begin() + n), scattered(n);
+    if (async) {
+      RequestPtr a = w.all_reduce_async(summed.data(), n, DType::f32);
+      RequestPtr b = w.reduce_scatter_async(values.data(), scattered.data(), n, DType::f32);
+      while (!b->test()) {
+      }
+      a->wait();
+    } else {
+      w.all_reduce(summed.data(), n, DType::f32);
+      w.reduce_scatter(values.data(), scattered.data(), n, DType::f32);
+    }
+    MpiCommunicator::set_max_reduction_bytes(default_piece);
+    summed.insert(summed.end(), scattered.begin(), scattered.end());
+    return summed;
+  };
+  const std::vector<float> whole = run(default_piece, false);
+  for (size_t bytes : {size_t(40), size_t(12)})
+    for (bool async : {false, true}) {
+      const std::vector<float> pieces = run(bytes, async);
+      ASSERT_EQ(0, std::memcmp(pieces.data(), whole.data(), whole.size() * sizeof(float)))
+          << bytes << "-byte pieces, async " << async;
+    }
+}
+
+// Peak resident memory (VmHWM, reset through /proc/self/clear_refs) grown by a 128 MiB reduce-scatter
+// and all-reduce stays within transient_bytes() (plus 8 MiB of slack): Open MPI alone would hold
+// 256 MiB more on rank 0.
+TEST(Communicator, ReductionTemporariesAreBounded) {
+  Communicator& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "one rank reduces nothing";
+  auto kib = [](const char* field) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field)));
+    return -1LL;
+  };
+  const int64_t bound = int64_t(w.transient_bytes()) + (8 << 20);
+  const size_t n = (size_t(128) << 20) / sizeof(float) / size_t(w.size());
+  std::vector<float> send(n * size_t(w.size()), 1.0f), recv(n, 0.0f);
+  w.barrier();
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";
+    if (!reset.good()) GTEST_SKIP() << "cannot reset the peak RSS here";
+  }
+  const long long before = kib("VmRSS:");
+  ASSERT_GT(before, 0);
+  w.reduce_scatter(send.data(), recv.data(), n, DType::f32);
+  w.all_reduce(send.data(), send.size(), DType::f32);
+  EXPECT_LE((kib("VmHWM:") - before) * 1024, bound) << "rank " << w.rank();
+  EXPECT_EQ(recv[n - 1], float(w.size()));
+  EXPECT_EQ(send[0], float(w.size()));
 }
 
 TEST(Communicator, SplitOrdersByKeyAndSharesStats) {

@@ -94,6 +94,10 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
                                               bool intra_node) = 0;
 
+  // Bytes a reduction on this communicator may hold beyond its callers' buffers while it runs (the
+  // MPI library's temporaries and packed pieces): the memory accounting adds them once per process.
+  virtual uint64_t transient_bytes() const { return 0; }
+
   CommStats& stats() { return *stats_; }
   const CommStats& stats() const { return *stats_; }
 

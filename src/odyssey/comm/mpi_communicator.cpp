@@ -14,6 +14,7 @@ namespace odyssey {
 namespace {
 
 std::atomic<size_t> g_max_chunk{static_cast<size_t>(INT_MAX)};
+std::atomic<size_t> g_max_reduction_bytes{size_t(32) << 20};
 constexpr int kChunkTag = MpiCommunicator::kMaxUserTag + 1;
 
 MPI_Datatype mpi_type(DType t) {
@@ -117,6 +118,24 @@ size_t MpiCommunicator::max_chunk() {
   return g_max_chunk;
 }
 
+void MpiCommunicator::set_max_reduction_bytes(size_t bytes) {
+  ODY_CHECK(bytes >= 1, "max reduction piece must be at least 1 byte");
+  g_max_reduction_bytes = bytes;
+}
+
+size_t MpiCommunicator::max_reduction_bytes() {
+  return g_max_reduction_bytes;
+}
+
+uint64_t MpiCommunicator::transient_bytes() const {
+  // The binomial root holds twice a piece (measured), and reduce_scatter's packed piece.
+  return size_ > 1 ? 3 * uint64_t(max_reduction_bytes()) : 0;
+}
+
+size_t MpiCommunicator::reduction_piece(size_t element_bytes) {
+  return std::min(max_chunk(), std::max<size_t>(1, max_reduction_bytes() / element_bytes));
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool intra_node, bool owned)
     : comm_(comm), name_(std::move(name)), intra_node_(intra_node), owned_(owned) {
   check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -134,11 +153,14 @@ RequestPtr MpiCommunicator::all_reduce_async(void* data, size_t count, DType dty
   stats_->record(name_, CommKind::all_reduce, intra_node_, bus_bytes(CommKind::all_reduce, count * es, size_),
                  0.0);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_reduce, intra_node_);
-  for_chunks(count, [&](size_t off, int n) {
-    check_mpi(
-        MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, mpi_type(dtype), mpi_op(op), comm_, req->add()),
-        "MPI_Iallreduce");
-  });
+  const size_t piece = reduction_piece(es);
+  for (size_t off = 0; off == 0 || off < count; off += piece) {
+    const int n = static_cast<int>(std::min(piece, count - off));
+    MPI_Request* r = req->add();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, mpi_type(dtype), mpi_op(op), comm_, r),
+              "MPI_Iallreduce");
+    if (off + n < count) check_mpi(MPI_Wait(r, MPI_STATUS_IGNORE), "MPI_Wait");  // not the last piece
+  }
   return req;
 }
 
@@ -153,20 +175,26 @@ RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   stats_->record(name_, CommKind::reduce_scatter, intra_node_,
                  bus_bytes(CommKind::reduce_scatter, size_ * count * es, size_), 0.0);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::reduce_scatter, intra_node_);
-  if (count <= max_chunk()) {
+  const size_t piece = std::max<size_t>(1, reduction_piece(es) / size_t(size_));  // elements per block
+  if (count <= piece) {
     check_mpi(
         MPI_Ireduce_scatter_block(send, recv, static_cast<int>(count), type, mpi_op(op), comm_, req->add()),
         "MPI_Ireduce_scatter_block");
     return req;
   }
-  // Blocks are not contiguous across a chunk, so reduce each block's piece to its owner.
-  for_chunks(count, [&](size_t off, int n) {
-    for (int j = 0; j < size_; ++j) {
-      void* dst = j == rank_ ? at(recv, off, es) : nullptr;
-      check_mpi(MPI_Ireduce(at(send, j * count + off, es), dst, n, type, mpi_op(op), j, comm_, req->add()),
-                "MPI_Ireduce");
-    }
-  });
+  // Pieces [off, off + n) of every block, packed block after block: [P, n], each completed before the
+  // next is packed (a request holding its packed piece while in flight would keep it per bucket).
+  std::vector<char> packed(size_t(size_) * piece * es);
+  for (size_t off = 0; off < count; off += piece) {
+    const size_t n = std::min(piece, count - off);
+    for (int j = 0; j < size_; ++j)
+      std::memcpy(packed.data() + j * n * es, at(send, j * count + off, es), n * es);
+    MPI_Request* r = req->add();
+    check_mpi(MPI_Ireduce_scatter_block(packed.data(), at(recv, off, es), static_cast<int>(n), type,
+                                        mpi_op(op), comm_, r),
+              "MPI_Ireduce_scatter_block");
+    check_mpi(MPI_Wait(r, MPI_STATUS_IGNORE), "MPI_Wait");
+  }
   return req;
 }
 

@@ -286,6 +286,9 @@ struct Run {
   }
 
   bool root() const { return world.rank() == 0; }
+  // What MPI's reductions hold while they run, counted with the communication buffers: one reduction
+  // at a time on this thread, and one more on Domino's communication thread.
+  uint64_t reduction_transient_bytes() const { return world.transient_bytes() * (tp_overlap ? 2 : 1); }
   int seq_len() const { return config.seq_len(); }
 
   // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
@@ -295,7 +298,7 @@ struct Run {
     const TrainConfig& tc = config.train;
     HostMemoryNeed need;
     if (tc.steps == 0 && !dry_run) return need;
-    uint64_t state_bytes = 0;
+    uint64_t state_bytes = reduction_transient_bytes();
     for (auto& engine : engines) {
       const MemoryReport state = engine->memory();
       state_bytes += state.params + state.grads + state.optimizer + state.comm_buffers;
@@ -667,6 +670,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     const nlohmann::json comm = world.stats().to_json();
     const OverlapTimes overlap = run.tp_overlap ? run.tp_overlap->take_times() : OverlapTimes{};
     MemoryReport memory;
+    memory.comm_buffers = run.reduction_transient_bytes();
     int64_t params = 0;
     CommTraffic traffic;
     for (size_t c = 0; c < run.engines.size(); ++c) {
