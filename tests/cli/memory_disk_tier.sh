@@ -3,6 +3,8 @@
 # step, bitwise the losses, gradient norms and final checkpoint tensors of the RAM tier with the same
 # policy and chunks, in one process, under dp2 ZeRO-3, Ulysses 2 and ring 2 (zigzag) with ZeRO-3, and
 # over a 2-stage pipeline (two micro-batches in flight, each with its own scratch file).
+# Llama too, in one process and under Ulysses 2 x ZeRO-3; with chunk records (memory.chunk_tokens = 24)
+# the backward reads each back while the layer above runs (bytes_read_late = 0 in the metrics).
 # The scratch directories (one per rank) are gone after the run, and two jobs sharing memory.offload_dir
 # at once do not disturb each other. A corrupt record fails the step by name and leaves the last
 # checkpoint intact: resuming from it gives the same numbers. The dry run accounts two layer inputs in RAM and the rest on disk.
@@ -35,7 +37,7 @@ mkdir -p "$offload"
 run() {  # run NAME NP ARGS...
   local name="$1" np="$2"
   shift 2
-  mpirun -np "$np" --oversubscribe "$ODYSSEY" train --config "$cfg" --set "checkpoint.dir=$WORK/$name" "$@" \
+  mpirun -np "$np" --oversubscribe "$ODYSSEY" train --config "${CFG:-$cfg}" --set "checkpoint.dir=$WORK/$name" "$@" \
     >"$WORK/$name.log" 2>&1 || fail "$name: exit code $? ($(tail -n 3 "$WORK/$name.log"))"
 }
 numbers() {  # the step, loss and gradient norm of every metrics line, and the checkpoint's tensor sums
@@ -64,6 +66,25 @@ for layout in "single 1" "zero3 2 --set parallel.zero_stage=3" \
         "$name, checkpoint=$policy, chunk_tokens=$chunk: tier=disk bitwise equal to tier=ram"
     done
   done
+done
+# Llama (GQA, RoPE) with several chunk records per layer input, in one process and under Ulysses 2 x
+# ZeRO-3 (query-chunked: 32 tokens a rank in chunks of 24 and 8).
+sed -e 's/^n_layer = 4/arch = "llama"\nn_layer = 3\nn_kv_head = 2\nd_ff = 72/' "$cfg" >"$WORK/llama.toml"
+for layout in "llama 1" "llama.ulysses2 2 --set parallel.sp_ulysses=2 --set parallel.zero_stage=3"; do
+  set -- $layout
+  name=$1
+  shift
+  CFG="$WORK/llama.toml" run "$name.ram" "$@" --set memory.checkpoint=full --set memory.chunk_tokens=24
+  CFG="$WORK/llama.toml" run "$name.disk" "$@" --set memory.checkpoint=full --set memory.chunk_tokens=24 "${disk[@]}"
+  same "$name.ram" "$name.disk" "$name, checkpoint=full, chunk_tokens=24: tier=disk bitwise equal to tier=ram"
+done
+# The backward reads every chunk record while the layer above runs: none read late, all read once.
+for m in single.full.24.disk ulysses2.full.24.disk zero3.keep_attention.24.disk llama.disk; do
+  io=$(grep -oE '"offload":\{[^}]*\}' "$WORK/$m/metrics.jsonl" | tail -n 1)
+  w=$(grep -oE '"bytes_written":[0-9]+' <<<"$io" | cut -d: -f2)
+  r=$(grep -oE '"bytes_read":[0-9]+' <<<"$io" | cut -d: -f2)
+  [ -n "$w" ] && [ "$w" -gt 0 ] && [ "$w" = "$r" ] && grep -q '"bytes_read_late":0' <<<"$io" &&
+    echo "ok: $m: $io" || fail "$m: offload metrics $io"
 done
 grep -q "memory.tier = disk: .* of layer inputs per rank in $offload/odyssey-.*-rank0-" "$WORK/single.full.0.disk.log" &&
   echo "ok: the run names its scratch directory" || fail "no scratch directory in $(head -5 "$WORK/single.full.0.disk.log")"
@@ -97,7 +118,7 @@ act=$(field activation_bytes_per_rank <<<"$out") on_disk=$(field offload_bytes_p
 ODYSSEY_OFFLOAD_CORRUPT=13 "$ODYSSEY" train --config "$cfg" --set memory.checkpoint=full "${disk[@]}" \
   --set checkpoint.every=2 --set "checkpoint.dir=$WORK/broken" >"$WORK/broken.log" 2>&1 &&
   fail "a corrupt record did not fail the run"
-grep -q "error: the input of layer 0 .*memory.offload_dir) is corrupt" "$WORK/broken.log" &&
+grep -q "error: the input of layer 0, chunk 0 of 1 .*memory.offload_dir) is corrupt" "$WORK/broken.log" &&
   grep -q "step     2/3" "$WORK/broken.log" && ! grep -q "step     3/3" "$WORK/broken.log" &&
   echo "ok: corrupt record in step 3 -> $(grep -o 'error: .*' "$WORK/broken.log" | head -c 160)" ||
   fail "corrupt record: $(tail -n 2 "$WORK/broken.log")"

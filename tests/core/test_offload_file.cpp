@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "../dataio/data_test_util.h"
@@ -54,6 +55,33 @@ TEST(OffloadFile, RecordsComeBackBitwiseAndTheFileIsUnlinked) {
     EXPECT_EQ(f.bytes_read(), 4 * n * sizeof(float));
   }
   EXPECT_TRUE(empty_dir(dir.path));
+}
+
+// Records of different lengths (a layer input's row chunks, the last one short) lie at 4096-aligned
+// offsets, each padded; each comes back bitwise, the neighbours untouched, and is named by the caller.
+TEST(OffloadFile, RecordsOfDifferentLengthsAreAlignedAndNamed) {
+  TempDir dir;
+  const std::vector<size_t> floats = {5000, 1024, 25, 3000};
+  std::vector<size_t> bytes;
+  for (size_t n : floats) bytes.push_back(n * sizeof(float));
+  OffloadFile f(dir.path, bytes, "memory.offload_dir",
+                [](int r) { return "the input of layer 2, chunk " + std::to_string(r); });
+  EXPECT_EQ(f.records(), 4);
+  EXPECT_EQ(f.file_bytes(), 20480u + 4096u + 4096u + 12288u);
+  EXPECT_EQ(OffloadFile::bytes_for(bytes), f.file_bytes());
+  std::vector<std::vector<float>> in;
+  for (size_t r = 0; r < floats.size(); ++r) in.push_back(pattern(floats[r], int(r) + 20));
+  for (int r : {3, 1, 0, 2}) f.write(r, in[size_t(r)].data());
+  for (int r : {0, 2, 1, 3}) {
+    std::vector<float> out(floats[size_t(r)], 0.0f);
+    f.wait(f.read(r, out.data()));
+    EXPECT_EQ(out, in[size_t(r)]) << "record " << r;
+    EXPECT_EQ(f.record_bytes(r), bytes[size_t(r)]);
+  }
+  EXPECT_EQ(f.bytes_read(), (5000u + 1024u + 25u + 3000u) * sizeof(float));
+  f.corrupt_for_test(2, 99);
+  std::vector<float> out(25);
+  expect_error([&] { f.wait(f.read(2, out.data())); }, {"the input of layer 2, chunk 2", "corrupt", "xxh3"});
 }
 
 TEST(OffloadFile, CorruptRecordIsANamedError) {

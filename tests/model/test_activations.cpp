@@ -77,10 +77,10 @@ TEST(Activations, BytesForMatchesAllocate) {
                             a.bytes())
                       << what;
                   // The disk tier's file: as accounted (the layer inputs but the last layer's and a stage's
-                  // given input, each padded to 4 KiB).
+                  // given input, a record per row chunk, each padded to 4 KiB).
                   const uint64_t disk = kept_output_disk_bytes_for(
-                      range.layers(), size_t(split.rows(int64_t(s.B) * s.T)) * s.d_model, memory,
-                      range.embeddings());
+                      range.layers(), gq.rows(int(split.rows(int64_t(s.B) * s.T)), chunk, s.T), s.d_model,
+                      memory, range.embeddings());
                   EXPECT_EQ(a.kept.disk ? a.kept.disk->file_bytes() : 0, disk) << what;
                   EXPECT_EQ(disk > 0,
                             tier == MemoryTier::disk && range.layers() - 1 - (range.embeddings() ? 0 : 1) > 0)

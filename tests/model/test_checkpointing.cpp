@@ -7,7 +7,8 @@
 // every policy with the same chunks is bitwise none with those chunks, and within fp32 rounding of
 // unchunked (the prefix's dK, dV sum over query chunks in another order).
 // The disk tier (memory.tier = disk): the layer inputs go to a scratch file and come back, so every
-// number is bitwise the RAM tier's; a corrupt record is an error naming the layer and the file.
+// number is bitwise the RAM tier's, each layer input read back chunk by chunk while the layer above
+// runs; a corrupt record is an error naming the layer, the chunk and the file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,7 +156,40 @@ TEST(Checkpointing, DiskTierIsBitwiseRamTier) {
   EXPECT_TRUE(std::filesystem::is_empty(dir.path)) << "scratch files are unlinked";
 }
 
-TEST(Checkpointing, DiskTierCorruptRecordIsANamedError) {
+// The disk tier's records are per (layer, row chunk): the backward reads each chunk of a layer's input
+// while the layer above still runs (none queued late), whether the attention runs per query chunk
+// (chunk 8: four per sequence) or whole (chunk 0), for GPT-2 and Llama, micro-batch 2; every byte
+// written is read once.
+TEST(Checkpointing, DiskTierReadsChunksWhileTheLayerAboveRuns) {
+  testing_data::TempDir dir;
+  for (const char* arch : {"gpt2", "llama"})
+    for (int chunk : {0, 8, 24}) {  // 24: each sequence of 32 ends in a short chunk
+      ModelConfig c;
+      c.arch = arch;
+      c.n_layer = 4, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
+      if (c.arch == "llama") c.n_kv_head = 1, c.d_ff = 24;
+      auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
+      Stage& model = *stage;
+      init_parameters(model.params(), model.table(), c, 3);
+      model.set_memory({CheckpointPolicy::full, 0, chunk, MemoryTier::disk, dir.path});
+      auto acts = model.make_activations();
+      std::vector<int> in(64), tg(64);
+      for (int i = 0; i < 64; ++i) in[size_t(i)] = i % 50, tg[size_t(i)] = (i * 3) % 50;
+      for (int step = 0; step < 2; ++step) {
+        model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
+        model.loss(*acts, 1.0f / 64, nullptr);
+        model.backward(*acts);
+      }
+      const OffloadStats io = acts->offload();
+      const std::string what = std::string(arch) + ", chunk " + std::to_string(chunk);
+      // Layers 0..2's inputs (the embeddings' output and two layer outputs), 64 rows x 16 floats, twice.
+      EXPECT_EQ(io.bytes_written, 2u * 3 * 64 * 16 * 4) << what;
+      EXPECT_EQ(io.bytes_read, io.bytes_written) << what;
+      EXPECT_EQ(io.bytes_read_late, 0u) << what;
+    }
+}
+
+TEST(Checkpointing, DiskTierCorruptChunkRecordIsANamedError) {
   testing_data::TempDir dir;
   ModelConfig c;
   c.n_layer = 3, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
@@ -167,12 +201,15 @@ TEST(Checkpointing, DiskTierCorruptRecordIsANamedError) {
   for (int i = 0; i < 64; ++i) in[size_t(i)] = i % 50, tg[size_t(i)] = (i * 3) % 50;
   model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
   model.loss(*acts, 1.0f / 64, nullptr);
-  OffloadFile& file = *static_cast<Gpt2Activations&>(*acts).kept.disk;
+  auto& kept = static_cast<Gpt2Activations&>(*acts).kept;
+  OffloadFile& file = *kept.disk;
   EXPECT_EQ(file.file_bytes(), model.offload_bytes_for(2, 32));
-  file.corrupt_for_test(1,
-                        77);  // record 1: layer 0's output, the input of layer 1 (record 0: the embeddings')
-  testing_data::expect_error([&] { model.backward(*acts); },
-                             {"the input of layer 1", "corrupt", file.path(), "memory.offload_dir"});
+  // Chunks of 8 rows within each sequence of 32: 8 per layer input, records layer-major.
+  EXPECT_EQ(file.records(), 2 * 8);
+  file.corrupt_for_test(kept.record(1, 5), 77);  // layer 0's output, the input of layer 1: its chunk 5
+  testing_data::expect_error(
+      [&] { model.backward(*acts); },
+      {"the input of layer 1, chunk 5 of 8 (rows 40..47)", "corrupt", file.path(), "memory.offload_dir"});
 }
 
 // Recomputing policies keep the head's input (the last layer's output) in d(residual), where a loss

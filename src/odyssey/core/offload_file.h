@@ -1,7 +1,8 @@
-// A scratch file of fixed-size records on a local disk, written and read by one background I/O
-// thread (long-context-memory.md §4.6): the disk tier of the activation store keeps the layer inputs
-// of a micro-batch here between its forward and its backward.
+// A scratch file of records on a local disk, written and read by one background I/O thread
+// (long-context-memory.md §4.6): the disk tier of the activation store keeps the layer inputs of a
+// micro-batch here between its forward and its backward, one record per (layer, row chunk).
 //
+// - Records lie in order, each at a 4096-byte aligned offset, its length padded to 4096 bytes.
 // - The file is created in `dir` under a unique name, preallocated whole (posix_fallocate) so a full
 //   disk fails here, at set-up, not in a step, and unlinked at once: nothing is left behind when the
 //   process ends, however it ends, and a second job using the same directory never sees it.
@@ -18,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -27,26 +29,32 @@ namespace odyssey {
 
 class OffloadFile {
  public:
-  // records x record_bytes in dir. key names the directory's setting in errors ("memory.offload_dir");
-  // record r is called "<label> <first_label + r>" in errors ("the input of layer 3").
+  // One record per entry of record_bytes (its length in bytes), in dir. key names the directory's
+  // setting in errors ("memory.offload_dir"); name(r) names record r ("the input of layer 3, chunk 1").
+  OffloadFile(const std::string& dir, std::vector<size_t> record_bytes, std::string key,
+              std::function<std::string(int)> name);
+  // records x record_bytes; record r is called "<label> <first_label + r>".
   OffloadFile(const std::string& dir, int records, size_t record_bytes, std::string key, std::string label,
               int first_label = 0);
   ~OffloadFile();  // finishes the queued requests (errors then ignored) and closes the file
   OffloadFile(const OffloadFile&) = delete;
   OffloadFile& operator=(const OffloadFile&) = delete;
 
-  // The file's size for records x record_bytes (each record padded to 4096 bytes).
+  // The file's size for these records (each padded to 4096 bytes).
+  static uint64_t bytes_for(const std::vector<size_t>& record_bytes);
   static uint64_t bytes_for(int records, size_t record_bytes);
 
-  // Enqueue: src / dst (record_bytes) must stay untouched until wait() returns for the ticket.
+  // Enqueue: src / dst (record_bytes(record)) must stay untouched until wait() returns for the ticket.
   uint64_t write(int record, const void* src);
   uint64_t read(int record, void* dst);
   // Blocks until request `ticket` (and all before it) is done; throws the first error of any request.
   void wait(uint64_t ticket);
 
   const std::string& path() const { return path_; }  // the (unlinked) file's name
-  uint64_t file_bytes() const { return stride_ * uint64_t(checksums_.size()); }
-  size_t record_bytes() const { return record_bytes_; }
+  uint64_t file_bytes() const { return offsets_.back(); }
+  int records() const { return int(bytes_.size()); }
+  size_t record_bytes(int record) const { return bytes_[size_t(record)]; }
+  uint64_t issued() const;  // the ticket of the last request enqueued (0: none)
   double stall_seconds() const { return stall_seconds_; }  // time wait() blocked
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t bytes_read() const { return bytes_read_; }
@@ -67,16 +75,16 @@ class OffloadFile {
   void flip_byte(int record, size_t offset);
   std::string name(int record) const;
 
-  std::string path_, key_, label_;
-  int first_label_ = 0;
+  std::string path_, key_;
+  std::function<std::string(int)> name_;
   int fd_ = -1;
-  size_t record_bytes_ = 0;
-  uint64_t stride_ = 0;
+  std::vector<size_t> bytes_;                // per record
+  std::vector<uint64_t> offsets_;            // per record, and the file's size last
   std::vector<uint64_t> checksums_;          // per record, of its last write (I/O thread only)
   std::vector<bool> written_;                // I/O thread only
   uint64_t writes_ = 0, corrupt_write_ = 0;  // I/O thread only: writes so far, ODYSSEY_OFFLOAD_CORRUPT
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable queued_, done_;
   std::deque<Request> queue_;
   uint64_t issued_ = 0, completed_ = 0;

@@ -56,7 +56,7 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
       l.allocate(c, B, T, !shared_qkv, query_chunks.with_kv({-1, 0, true, true}), split);
     if (kept.keeps_attention()) l.atty.resize(N * C / t), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
-  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin, range.embeddings(), dres);
+  kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = Gpt2LayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);

@@ -371,6 +371,7 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
     // ln1 is current when the qkv recompute above (or the forward's last chunk) wrote it.
     qkv_chunk_backward_step(dres, dqkv, a, x, w, g, lin, sc, p, j, k, pending[size_t(j)], s.C, o,
                             !q_local && (re.cheap || re.token_local));
+    if (k == 1) re.done_with_input(r, n);
   });
 }
 
@@ -436,6 +437,7 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
     qkv_chunk_backward_step(dres, dqkv + size_t(p.rc.begin(j)) * p.G * p.W3, a, x, w, g, lin, sc, p, j, k,
                             pending[size_t(j)], C, o, rerun_ln1);
+    if (k == 1) re.done_with_input(p.rc.begin(j), p.rc.size(j));  // the chunk's last read of x
   });
 }
 

@@ -21,14 +21,18 @@
 //
 // The disk tier (memory.tier = disk, keep_attention and full): the layer inputs live in one slot of
 // their own and the lent buffer, in turns, and the layer inputs a backward reads back go to a scratch
-// file (core/offload_file.h). Layer i's output goes to the lent buffer when n - 1 - i is even, else to
-// the slot (i = -1: the embeddings' output, layer 0's input, when the stage has the embeddings), so
-// the last layer's output lands in the lent buffer and its input in the slot. The I/O thread writes
-// each layer input the backward will read back (all but the last layer's, which stays in the slot,
-// and a stage's given input, which is the caller's) while the next layer reads it; the layer after
-// waits for that write before reusing the buffer. In the backward the lent buffer carries d(residual), so
-// every layer's input is read back into the slot, once the layer above is done with it: the read is not
-// overlapped with compute (it is counted as I/O stall), the price of holding a single layer input.
+// file (core/offload_file.h), one record per (layer, row chunk), layer-major, chunk-minor. Layer i's
+// output goes to the lent buffer when n - 1 - i is even, else to the slot (i = -1: the embeddings'
+// output, layer 0's input, when the stage has the embeddings), so the last layer's output lands in the
+// lent buffer and its input in the slot. The I/O thread writes each layer input the backward will read
+// back (all but the last layer's, which stays in the slot, and a stage's given input, which is the
+// caller's), chunk by chunk, while the next layer reads it; the layer after waits for those writes
+// before reusing the buffer. In the backward the lent buffer carries d(residual), so every layer's
+// input is read back into the slot, chunk by chunk, while the layer above still runs: its block says
+// when it has read a chunk of its own input for the last time (Recompute::input_rows_done, after the
+// chunk's input-norm backward), and the I/O thread reads the layer below's record of those rows into
+// them, overlapped with the rest of the block's backward. Only what is still in flight when the layer
+// below starts is waited for (counted as I/O stall): with chunks walked last first, about one chunk.
 // The same bytes come back, checksummed: the arithmetic, and so every bit, is the RAM tier's.
 #pragma once
 
@@ -55,6 +59,16 @@ inline int kept_input_records(int n, bool embeddings) {
   return std::max(0, n - 1 - (embeddings ? 0 : 1));
 }
 
+// The scratch file's records for n layers whose inputs have `width` floats per row in row chunks rc:
+// one per kept layer input and chunk, layer-major, chunk-minor, in bytes.
+inline std::vector<size_t> kept_input_record_bytes(int n, const RowChunks& rc, size_t width,
+                                                   bool embeddings) {
+  std::vector<size_t> bytes;
+  for (int i = 0; i < kept_input_records(n, embeddings); ++i)
+    for (int j = 0; j < rc.count(); ++j) bytes.push_back(size_t(rc.size(j)) * width * sizeof(float));
+  return bytes;
+}
+
 // What a micro-batch keeps of its layers, per policy.
 template <typename LayerActs>
 struct KeptLayers {
@@ -71,15 +85,24 @@ struct KeptLayers {
 
   // Recomputing policies: the stage's d(residual) buffer, lent to hold the last layer's output (and on
   // disk every other layer input); on disk also the slot, the tickets of the last I/O request on each
-  // (0: slot, 1: lent) and the scratch file (null when no input is read back).
+  // (0: slot, 1: lent), the scratch file (null when no input is read back) and the row chunks of its
+  // records.
   FloatBuffer* lent = nullptr;
   MemoryTier tier = MemoryTier::ram;
   FloatBuffer slot;
   uint64_t ticket[2] = {0, 0};
   std::unique_ptr<OffloadFile> disk;
   std::string offload_dir;
-  bool embeddings = false;  // the stage computes layer 0's input (the embeddings' output, output(-1))
-  int first_record = 0;     // the scratch file's record r holds layer first_record + r's input
+  bool embeddings = false;      // the stage computes layer 0's input (the embeddings' output, output(-1))
+  int first_record = 0;         // the first layer whose input has records (record(i, j))
+  RowChunks record_rows{0, 0};  // a layer input's row chunks, one record each
+  size_t width = 0;             // floats per row of a layer input
+  // The backward's read-back: the layer whose input is being read into the slot (-1: none), and per
+  // chunk the rows its block is done with and whether the read is issued.
+  int reading = -1;
+  std::vector<int> freed;
+  std::vector<bool> issued;
+  uint64_t late_bytes = 0;  // read back only when the layer needing them began (OffloadStats)
   bool on_disk() const { return tier == MemoryTier::disk; }
   // Whether the embeddings' output is a kept layer input here (on disk) rather than the stage's own.
   static bool keeps_embeddings(const MemoryOptions& memory, bool embeddings) {
@@ -95,19 +118,25 @@ struct KeptLayers {
   }
   const float* output(int i) const { return const_cast<KeptLayers*>(this)->output_buffer(i).data(); }
 
-  // Room for the outputs of the n layers of `floats` each that a recomputing policy keeps: in RAM per
-  // layer but the last (in `lent_buffer`), or on disk in the slot, the lent buffer and a scratch file
-  // in memory.offload_dir (first_layer numbers the layers in errors; with_embeddings: the stage computes
-  // layer 0's input). Other policies: RAM, nothing here.
-  void allocate_outputs(int n, size_t floats, const MemoryOptions& memory, int first_layer,
-                        bool with_embeddings, FloatBuffer& lent_buffer) {
+  // Room for the outputs of the n layers of rc.N rows x width floats each that a recomputing policy
+  // keeps: in RAM per layer but the last (in `lent_buffer`), or on disk in the slot, the lent buffer and
+  // a scratch file in memory.offload_dir with a record per row chunk of rc (first_layer numbers the
+  // layers in errors; with_embeddings: the stage computes layer 0's input). Other policies: RAM,
+  // nothing here.
+  void allocate_outputs(int n, const RowChunks& rc, size_t row_width, const MemoryOptions& memory,
+                        int first_layer, bool with_embeddings, FloatBuffer& lent_buffer) {
+    const size_t floats = size_t(rc.N) * row_width;
     tier = recomputes_layers() ? memory.tier : MemoryTier::ram;
     offload_dir = memory.offload_dir;
     embeddings = with_embeddings;
     disk.reset();
     ticket[0] = ticket[1] = 0;
+    reading = -1;
+    late_bytes = 0;
     slot.resize(0);
     lent = &lent_buffer;
+    record_rows = rc;
+    width = row_width;
     if (!recomputes_layers()) return;
     if (!on_disk()) {
       for (int i = 0; i + 1 < n; ++i) layers[size_t(i)].residual3.resize(floats);
@@ -115,10 +144,15 @@ struct KeptLayers {
     }
     if (n > 1 || embeddings) slot.resize(floats);
     first_record = embeddings ? 0 : 1;
-    const int records = kept_input_records(n, embeddings);
-    if (records > 0)
-      disk = std::make_unique<OffloadFile>(offload_dir, records, floats * sizeof(float), "memory.offload_dir",
-                                           "the input of layer", first_layer + first_record);
+    std::vector<size_t> bytes = kept_input_record_bytes(n, rc, width, embeddings);
+    if (bytes.empty()) return;
+    const int u = rc.count(), first = first_layer + first_record;
+    disk = std::make_unique<OffloadFile>(
+        offload_dir, std::move(bytes), "memory.offload_dir", [rc, u, first](int r) {
+          const int j = r % u;
+          return fmt::format("the input of layer {}, chunk {} of {} (rows {}..{})", first + r / u, j, u,
+                             rc.begin(j), rc.begin(j) + rc.size(j) - 1);
+        });
   }
   // True when allocate_outputs ran with these options (the policy, the tier and the directory).
   bool allocated_for(const MemoryOptions& memory) const {
@@ -126,7 +160,7 @@ struct KeptLayers {
            tier == (recomputes_layers() ? memory.tier : MemoryTier::ram);
   }
   OffloadStats offload() const {
-    return disk ? OffloadStats{disk->bytes_written(), disk->bytes_read(), disk->stall_seconds()}
+    return disk ? OffloadStats{disk->bytes_written(), disk->bytes_read(), disk->stall_seconds(), late_bytes}
                 : OffloadStats{};
   }
   // Everything held in RAM: the layers, the working layer and the slot (not the lent buffer).
@@ -141,20 +175,52 @@ struct KeptLayers {
   void claim_output(int i) {
     if (on_disk() && disk) disk->wait(ticket[buffer_of(i)]);
   }
-  // After layer i's forward: its output goes to disk if a later layer's backward reads it back.
+  // The record of row chunk j of layer i's input.
+  int record(int i, int j) const { return (i - first_record) * record_rows.count() + j; }
+  float* rows_of(float* buffer, int j) const { return buffer + size_t(record_rows.begin(j)) * width; }
+  // After layer i's forward: its output goes to disk, chunk by chunk, if a later layer's backward reads
+  // it back.
   void keep_output(int i) {
     const int layer = i + 1, n = int(layers.size());  // whose input it is
-    if (on_disk() && disk && layer >= first_record && layer < n - 1)
-      ticket[buffer_of(i)] = disk->write(layer - first_record, output_buffer(i).data());
+    if (!(on_disk() && disk && layer >= first_record && layer < n - 1)) return;
+    for (int j = 0; j < record_rows.count(); ++j)
+      ticket[buffer_of(i)] = disk->write(record(layer, j), rows_of(output_buffer(i).data(), j));
   }
-  // Before layer i's backward: its input, resident (the slot, read back if need be), or null when it
-  // is the stage's given input.
+  // Queues the read of chunk j of the input being read back (`reading`) into its rows of the slot.
+  void read_chunk(int j) {
+    issued[size_t(j)] = true;
+    disk->read(record(reading, j), rows_of(slot.data(), j));
+  }
+  // Before layer i's backward: its input, resident (the slot, its reads finished), or null when it is
+  // the stage's given input. Then layer i - 1's input is read back chunk by chunk as layer i's block
+  // is done with the slot's rows (input_rows_done).
   const float* fetch_input(int i) {
     const int n = int(layers.size());
     if (!on_disk()) return i == 0 ? nullptr : output(i - 1);
     if (i == 0 && !embeddings) return nullptr;
-    if (i < n - 1) disk->wait(disk->read(i - first_record, slot.data()));  // and every request before
+    if (i < n - 1) {
+      if (reading != i) reading = i, issued.assign(size_t(record_rows.count()), false);
+      for (int j = 0; j < record_rows.count(); ++j)
+        if (!issued[size_t(j)])  // a chunk the block above did not hand back
+          read_chunk(j), late_bytes += disk->record_bytes(record(i, j));
+      disk->wait(disk->issued());
+    }
+    reading = i - 1 >= first_record ? i - 1 : -1;
+    freed.assign(size_t(record_rows.count()), 0);
+    issued.assign(size_t(record_rows.count()), false);
     return slot.data();
+  }
+  // Layer i's block will not read rows [r, r + m) of its input again: the chunks of the layer below
+  // whose rows are all free are read into them.
+  void input_rows_done(int r, int m) {
+    if (reading < 0) return;
+    for (int j = 0; j < record_rows.count(); ++j) {
+      const int b = record_rows.begin(j), e = b + record_rows.size(j);
+      const int overlap = std::min(e, r + m) - std::max(b, r);
+      if (overlap <= 0 || issued[size_t(j)]) continue;
+      freed[size_t(j)] += overlap;
+      if (freed[size_t(j)] >= e - b) read_chunk(j);
+    }
   }
   // Where the embeddings write their output: on disk the kept layer 0 input (claimed), else `own`.
   float* embeddings_output(FloatBuffer& own) {
@@ -174,11 +240,10 @@ inline size_t kept_output_bytes_for(int n, size_t floats, const MemoryOptions& m
   if (memory.tier == MemoryTier::disk) return (n > 1 || embeddings ? 1 : 0) * floats * sizeof(float);
   return size_t(std::max(n - 1, 0)) * floats * sizeof(float);
 }
-inline uint64_t kept_output_disk_bytes_for(int n, size_t floats, const MemoryOptions& memory,
-                                           bool embeddings) {
-  const int records = kept_input_records(n, embeddings);
-  return memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint) && records > 0
-             ? OffloadFile::bytes_for(records, floats * sizeof(float))
+inline uint64_t kept_output_disk_bytes_for(int n, const RowChunks& rc, size_t width,
+                                           const MemoryOptions& memory, bool embeddings) {
+  return memory.tier == MemoryTier::disk && keeps_layer_inputs(memory.checkpoint)
+             ? OffloadFile::bytes_for(kept_input_record_bytes(n, rc, width, embeddings))
              : 0;
 }
 
@@ -248,6 +313,7 @@ void backward_layers(KeptLayers<LayerActs>& k, const float* input, int first, in
       re.attention = !fresh && !k.keeps_attention();
       re.token_local = !fresh || k.chunks > 1;
       k.work_layer = -1;  // the backward leaves the working layer's token-local buffers stale
+      if (k.on_disk()) re.input_rows_done = [&k](int r, int m) { k.input_rows_done(r, m); };
     }
     if (k.cheap()) la.swap_cheap(k.work);
     bwd(la, x, l, re);

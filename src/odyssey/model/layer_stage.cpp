@@ -79,9 +79,9 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
 }
 
 uint64_t LayerStage::offload_bytes_for(int B, int T) const {
-  return kept_output_disk_bytes_for(range_.layers(),
-                                    size_t(split().rows(int64_t(B) * T)) * size_t(config_.d_model), memory_,
-                                    range_.embeddings());
+  const int R = int(split().rows(int64_t(B) * T));
+  return kept_output_disk_bytes_for(range_.layers(), query_chunking(B, T).rows(R, memory_.chunk_tokens, T),
+                                    size_t(config_.d_model), memory_, range_.embeddings());
 }
 
 void LayerStage::take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T,

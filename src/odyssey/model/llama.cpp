@@ -70,7 +70,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
     if (kept.keeps_attention())
       l.atty.resize(N * size_t(c.n_head) / t * c.head_dim()), l.lse.resize(size_t(B) * c.n_head / t * T);
   }
-  kept.allocate_outputs(range.layers(), R * C, memory, range.layer_begin, range.embeddings(), dres);
+  kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = LlamaLayerActs();
   if (kept.policy == CheckpointPolicy::cheap)
     kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);

@@ -385,6 +385,7 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
     // The norm is current when the qkv recompute above (or the forward's last chunk) wrote it.
     qkv_chunk_backward_step(dres, dqkv, a, x, w, g, lin, sc, s, rope, p, j, k, pending[size_t(j)], o,
                             !q_local && (re.cheap || re.token_local));
+    if (k == 1) re.done_with_input(r, n);
   });
 }
 
@@ -447,6 +448,7 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
   chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
     qkv_chunk_backward_step(dres, dqkv + size_t(p.rc.begin(j)) * p.G * W, a, x, w, g, lin, sc, s, rope, p, j,
                             k, pending[size_t(j)], o, rerun_norm);
+    if (k == 1) re.done_with_input(p.rc.begin(j), p.rc.size(j));  // the chunk's last read of x
   });
 }
 

@@ -101,6 +101,9 @@ struct StageRange {
 struct OffloadStats {
   uint64_t bytes_written = 0, bytes_read = 0;
   double stall_seconds = 0;
+  // Of bytes_read, what was queued only when the layer needing it began its backward (not overlapped
+  // with the layer above's: its block did not hand those rows back, model/layer_loop.h).
+  uint64_t bytes_read_late = 0;
 };
 
 // What a stage keeps of one micro-batch between its forward and its backward (per architecture).

@@ -723,9 +723,11 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       OffloadStats io = acts->offload();
       if (io.bytes_written >= io_before.bytes_written && io.bytes_read >= io_before.bytes_read)
         io.bytes_written -= io_before.bytes_written, io.bytes_read -= io_before.bytes_read,
-            io.stall_seconds -= io_before.stall_seconds;
-      record["offload"] = {
-          {"bytes_written", io.bytes_written}, {"bytes_read", io.bytes_read}, {"stall_s", io.stall_seconds}};
+            io.stall_seconds -= io_before.stall_seconds, io.bytes_read_late -= io_before.bytes_read_late;
+      record["offload"] = {{"bytes_written", io.bytes_written},
+                           {"bytes_read", io.bytes_read},
+                           {"bytes_read_late", io.bytes_read_late},
+                           {"stall_s", io.stall_seconds}};
     }
     if (run.tp_overlap) {
       // Domino (spec §9): the share of its tp reductions' time the compute did not wait for (rank 0's).
