@@ -9,6 +9,9 @@
 // make 2 chunks). Policies none, cheap, keep_attention and full run the same arithmetic: bitwise
 // equal to each other. The memory check's estimate is what the run holds, and under full it is below
 // the unchunked Ulysses run's. Query chunks other than those the tokens were dealt by are refused.
+// Ring 2 (zigzag, contiguous), ring 4 and Ulysses 2 x ring 2 (zigzag) in §4.8's key-outer form: the
+// same checks against one process with the same chunks (measured: loss <= 3e-9, gradients <= 4.3e-7),
+// and bitwise the layer with a separate dqkv, whose estimate is exactly that dqkv more.
 #include <gtest/gtest.h>
 
 #include <algorithm>
