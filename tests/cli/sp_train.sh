@@ -3,8 +3,9 @@
 # relative 1e-5 (every step, and the final validation loss). With memory.chunk_tokens (12: each
 # rank's 64 / U tokens end in a short chunk), query-chunked Ulysses (2 and 4, GPT-2 and Llama with 2
 # key/value heads, checkpoint none and full, dp=2 x sp=2 with ZeRO-3, tp=2 without TP-SP x sp=2, pp=2 x
-# sp=2) gives the single-process losses with the same chunks within relative 1e-6, and ring (its
-# token-local ops chunked) within 1e-5. Bad SP layouts are refused.
+# sp=2) gives the single-process losses with the same chunks within relative 1e-6, as do ring 4, ring 2
+# (Llama), the 2x2 hybrid and dp=2 x ring 2 with ZeRO-3 in §4.8's key-outer form. Bad SP layouts are
+# refused.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make_shards "$WORK/data"
@@ -88,8 +89,17 @@ run tp2_ulysses2.chunks 4 --set parallel.tp=2 --set parallel.tp_sp=false --set p
 compare tp2_ulysses2.chunks ref.full 1e-6
 run pp2_ulysses2.chunks 4 --set parallel.pp=2 --set parallel.sp_ulysses=2 "${chunks[@]}" --set memory.checkpoint=full
 compare pp2_ulysses2.chunks ref.full 1e-6
+# Ring and the hybrid in §4.8's key-outer form (token-local ops per chunk, the op's backward writing
+# the gradient over the layer's qkv) against one process with the same chunks.
 run ring4.chunks 4 --set parallel.sp_ring=4 "${chunks[@]}" --set memory.checkpoint=full
-compare ring4.chunks ref.full
+compare ring4.chunks ref.full 1e-6
+run hybrid.chunks 4 --set parallel.sp_ulysses=2 --set parallel.sp_ring=2 "${chunks[@]}" --set memory.checkpoint=full
+compare hybrid.chunks ref.full 1e-6
+run llama.ring2.chunks 2 "${llama[@]}" --set parallel.sp_ring=2 "${chunks[@]}" --set memory.checkpoint=full
+compare llama.ring2.chunks llama.ref.full 1e-6
+run dp2_ring2_zero3.chunks 4 --set parallel.dp=2 --set parallel.sp_ring=2 --set parallel.zero_stage=3 \
+  "${chunks[@]}" --set memory.checkpoint=full
+compare dp2_ring2_zero3.chunks ref.full 1e-6
 
 expect_error "heads not divisible" "parallel.sp_ulysses \(4\).*model.n_head 6" \
   mpirun -np 4 --oversubscribe "$ODYSSEY" train --config "$cfg" --set parallel.sp_ulysses=4 --set model.n_head=6 --set checkpoint.dir="$WORK/x"

@@ -8,6 +8,7 @@
 // Tolerances (fp32; errors relative to the largest magnitude of the reference tensor): out, lse
 // 2e-6, dq, dk, dv 1e-5 (measured at most ~1e-6). The distributed result differs from the reference only in
 // summation order (LSE merges, per-block dK/dV sums, replicated-KV sums); Ulysses alone is bitwise equal.
+// The ring's and the hybrid's in-place backward (the gradient over the qkv) is bitwise the separate one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -107,6 +108,16 @@ Errors run_case(const Case& c, Bytes* bytes = nullptr) {
   if (bytes) {
     bytes->a2a_bwd = w.stats().bytes(CommKind::all_to_all);
     bytes->p2p_bwd = w.stats().bytes(CommKind::send_recv);
+  }
+  // In place (the ring and the hybrid, long-context-memory.md §4.8): the gradient written over the
+  // layer's qkv (zeroed for an op that never reads it) is bitwise the separate dqkv.
+  EXPECT_EQ(op.backward_in_place(), c.layout.R > 1 || c.layout.U == 1);
+  if (op.backward_in_place()) {
+    std::vector<float> in_place = qkv_l;
+    if (op.saves_qkv()) std::fill(in_place.begin(), in_place.end(), 0.0f);
+    op.backward(in_place.data(), dout_l.data(), out_l.data(), lse_l.data(),
+                op.saves_qkv() ? nullptr : in_place.data(), B, Tl, H, D, saved.get());
+    EXPECT_EQ(in_place, dqkv_l) << c.layout.name() << " H=" << H << " Hkv=" << Hkv;
   }
 
   // The lse the op keeps: [B, H, Tl] for the ring; head-sharded [B, H/U, T/R] with Ulysses, over the

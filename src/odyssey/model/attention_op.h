@@ -64,6 +64,12 @@ class AttentionOp {
   // True when backward reads not the layer's qkv but a copy the op saved itself (Ulysses keeps q, k, v
   // head-sharded): the layers then keep no qkv, one scratch qkv serves them all.
   virtual bool saves_qkv() const { return false; }
+  // True when backward may be given the layer's own qkv buffer as dqkv (long-context-memory.md §4.8,
+  // the ring and the hybrid): the layer then holds no sequence-wide dqkv beside its qkv. An op that
+  // reads the qkv (the ring) copies what it still needs first (K and V into its travelling block, dq
+  // accumulated in its scratch while q is read) and writes the gradient over the qkv; an op that
+  // saves_qkv() never reads it, and the caller zeroes the buffer for it to accumulate into.
+  virtual bool backward_in_place() const { return false; }
   // What scratch and saved tensors will hold after forward and backward of n_layer layers at this
   // shape (the memory check, before allocating).
   virtual size_t bytes_for(int /*B*/, int /*T*/, int /*H*/, int /*D*/, int /*n_layer*/) const { return 0; }

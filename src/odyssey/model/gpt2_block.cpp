@@ -87,7 +87,8 @@ void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
 }
 
 // With query chunks, datty and dqkv hold one chunk (A = R rows) and dkv the dK, dV of every row in
-// the op's prefix layout (at least C wide: it carries the head's gradient).
+// the op's prefix layout (at least C wide: it carries the head's gradient). Key-outer (ring, hybrid):
+// no dqkv, the op's backward writes the gradient over the layer's qkv.
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
                                 const TpSplit& tp, const QueryChunks& q) {
   const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
@@ -97,7 +98,8 @@ void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_
   fit(qkv, shared_qkv ? N * 3 * C / t : 0);
   // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP)
   // unless it holds one chunk: then dkv carries it.
-  fit(datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C))), fit(dqkv, b * A * 3 * C / t);
+  fit(datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C)));
+  fit(dqkv, q.key_outer ? 0 : b * A * 3 * C / t);
   fit(dkv, qc ? b * N * std::max(size_t(q.kv.width()), C) : 0);
   fit(dln, b * R * C * size_t(tp.slots())), fit(dfch, b * R * G * 4 * C / t),
       fit(dfch_gelu, b * R * G * 4 * C / t);
@@ -115,7 +117,7 @@ size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shar
   const bool qc = q.on;
   const size_t A = qc ? R : N;
   return (N * C / t * (shared_qkv ? 3 : 0) +
-          (backward ? (qc ? A * C / t : std::max(N * C / t, Rn * C)) + A * C / t * 3 +
+          (backward ? (qc ? A * C / t : std::max(N * C / t, Rn * C)) + (q.key_outer ? 0 : A * C / t * 3) +
                           (qc ? N * std::max(size_t(q.kv.width()), C) : 0) + R * C * (tp.slots() + G * 8 / t)
                     : 0)) *
          sizeof(float);
@@ -425,8 +427,9 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
     mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * p.W1, a, x, w, g, lin, sc, p, j, k,
                             pending[size_t(j)], C, o, re);
   });
-  // Attention over the whole sequence.
-  observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * p.W3); });
+  // Attention over the whole sequence (key-outer: its gradient over the qkv).
+  observed(o, "memset.act_grads", 0,
+           [&] { dqkv = qkv_grad(qkv, sc.dqkv, size_t(N) * p.W3, s.query_chunks, attention); });
   observed(o, "attention.bwd", 4.0 * s.B * p.H * double(s.T) * s.T * s.D(), [&] {
     attention.backward(dqkv, datty, a.atty.data(), a.lse.data(), a.qkv.size() ? a.qkv.data() : nullptr, s.B,
                        s.T, p.H, s.D(), a.attention.get());

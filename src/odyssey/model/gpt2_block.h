@@ -12,7 +12,8 @@
 // and TP-SP need it whole): the forward runs ln1 + qkv chunk by chunk, the attention, then the rest
 // chunk by chunk; the backward the MLP and projection backward chunk by chunk, the attention backward,
 // then the qkv and ln1 backward chunk by chunk; sequence-wide are x, qkv, the attention's output and
-// lse, the output, and in backward d(residual), d(atty) and dqkv. Or, with BlockShape::query_chunks
+// lse, the output, and in backward d(residual), d(atty) and dqkv (key-outer, under the ring and the
+// hybrid: none beside the qkv, which the op overwrites with it, §4.8). Or, with BlockShape::query_chunks
 // (model/query_chunks.h: an op that chunks_queries(), the local one or Ulysses), per query chunk
 // against the K/V prefix (long-context-memory.md §4.2, §4.3, §4.8, model/kv_prefix.h), the chunks
 // within sequences: the forward runs each chunk whole (ln1, qkv, the op storing its k and v into the
@@ -66,7 +67,8 @@ struct Gpt2LayerActs {
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's
 // activation gradients (c rows: one chunk, see BlockShape::chunk). With query chunks (and more than
-// one chunk) datty and dqkv hold one chunk, dkv the dK and dV of every row. head_grad(): a buffer of
+// one chunk) datty and dqkv hold one chunk, dkv the dK and dV of every row; key-outer (ring, hybrid:
+// QueryChunks::key_outer) there is no dqkv, the op writes it over the qkv. head_grad(): a buffer of
 // at least R x C floats idle while the LM head runs (datty when it holds every row, else dkv), which
 // the head borrows for its own buffers on long sequences (lm_head_borrows_scratch, model/lm_head.h).
 struct Gpt2BlockScratch {

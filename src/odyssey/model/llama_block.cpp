@@ -100,7 +100,7 @@ void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
 }
 
 // With query chunks, datty and dqkv hold one chunk and dkv the dK, dV of every row in the op's prefix
-// layout (at least C wide: it carries the head's gradient).
+// layout (at least C wide: it carries the head's gradient). Key-outer (ring, hybrid): no dqkv.
 void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                  int chunk, const TpSplit& tp, const QueryChunks& q) {
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
@@ -112,7 +112,7 @@ void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared
     fit(datty, b * R * size_t(s.H) * s.D), fit(dqkv, b * R * W),
         fit(dkv, b * N * std::max(C, size_t(q.kv.width())));
   else
-    fit(datty, b * N * std::max(C, size_t(s.H) * s.D)), fit(dqkv, b * N * W), fit(dkv, 0);
+    fit(datty, b * N * std::max(C, size_t(s.H) * s.D)), fit(dqkv, q.key_outer ? 0 : b * N * W), fit(dkv, 0);
   fit(dnorm, b * R * size_t(s.C) * size_t(tp.slots())), fit(dh, b * R * G * size_t(s.F)),
       fit(dgate_up, b * R * G * 2 * size_t(s.F));
 }
@@ -128,8 +128,9 @@ size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool sha
   const size_t N = size_t(s.N()), W = size_t(s.qkv_width()), C = size_t(s.C), HD = size_t(s.H) * s.D;
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
   const bool qc = q.on;
-  // Whole: datty, dqkv [N, ...]; query chunks: datty, dqkv [R, ...] and dkv [N, ...].
-  const size_t whole = backward && !qc ? std::max(C, HD) + W : 0;
+  // Whole: datty, dqkv [N, ...] (key-outer: no dqkv, the gradient goes over the qkv); query chunks:
+  // datty, dqkv [R, ...] and dkv [N, ...].
+  const size_t whole = backward && !qc ? std::max(C, HD) + (q.key_outer ? 0 : W) : 0;
   const size_t kv_rows = backward && qc ? std::max(C, size_t(q.kv.width())) : 0;
   const size_t local = backward ? C * size_t(tp.slots()) + G * 3 * size_t(s.F) + (qc ? HD + W : 0) : 0;
   return (N * ((shared_qkv ? W : 0) + whole + kv_rows) + R * local) * sizeof(float);
@@ -436,8 +437,9 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
     mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * HD, a, x, w, g, lin, sc, s, p, j, k,
                             pending[size_t(j)], o, re);
   });
-  // Attention over the whole sequence.
-  observed(o, "memset.act_grads", 0, [&] { dqkv = zeroed(sc.dqkv, size_t(N) * W); });
+  // Attention over the whole sequence (key-outer: its gradient over the qkv).
+  observed(o, "memset.act_grads", 0,
+           [&] { dqkv = qkv_grad(qkv, sc.dqkv, size_t(N) * W, s.query_chunks, attention); });
   observed(o, "attention.bwd", 4.0 * s.B * s.H * double(s.T) * s.T * s.D, [&] {
     attention.backward(dqkv, datty, a.atty.data(), a.lse.data(), a.qkv.size() ? a.qkv.data() : nullptr, s.B,
                        s.T, s.H, s.D, a.attention.get());

@@ -76,7 +76,8 @@ struct LlamaLayerActs {
 
 // Buffers the layers of a micro-batch share: the qkv when layers keep none, and backward's
 // activation gradients (c rows: one chunk). With query chunks (more than one chunk) datty and dqkv
-// hold one chunk and dkv the dK, dV of every row. head_grad(): a buffer of at least R x C floats idle
+// hold one chunk and dkv the dK, dV of every row; key-outer (ring, hybrid: QueryChunks::key_outer)
+// there is no dqkv, the op writes it over the qkv. head_grad(): a buffer of at least R x C floats idle
 // while the LM head runs (datty, max(C, H D) wide, when it holds every row, else dkv, at least C wide),
 // which the head borrows for its own buffers on long sequences (lm_head_borrows_scratch, lm_head.h).
 struct LlamaBlockScratch {

@@ -6,10 +6,12 @@
 // prefix, so the second half's attention hides the first half's reduction; when per-sequence chunks
 // would make more than two (domino_split = rows with more than two rows), the halves run the
 // whole-sequence attention instead (the interleaved schedule, model/domino.h, keeps two in flight).
-// Query-chunked layers chunk their rows per sequence (RowChunks::seq).
+// Query-chunked layers chunk their rows per sequence (RowChunks::seq). Under the ring and the hybrid
+// (an op whose backward_in_place()) a layer takes §4.8's key-outer form instead (key_outer).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/linear_ops.h"
@@ -20,6 +22,10 @@ namespace odyssey {
 struct QueryChunks {
   bool on = false;
   KvPrefixLayout kv;  // how the layers hold the K/V prefix (with on)
+  // The key-outer form of §4.8 (ring, hybrid: not `on`): the op's ring steps are the outer loop over
+  // the layer's whole q, K, V, out and lse, and its backward writes the gradient over the layer's qkv
+  // (AttentionOp::backward_in_place), so the layer holds no sequence-wide dqkv.
+  bool key_outer = false;
   bool operator==(const QueryChunks&) const = default;
 
   // The layer's row chunks: rows residual rows of sequences of T tokens in chunks of `chunk`.
@@ -41,7 +47,17 @@ inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int
          RowChunks{int(rows), chunk}.count() > 1 &&
          (!split.overlap || q.rows(int(rows), chunk, T).count() == 2);
   if (q.on) q.kv = op.kv_prefix(H, D);
+  q.key_outer = !q.on && op.backward_in_place();
   return q;
+}
+
+// Where a layer's whole-sequence attention backward puts d(qkv) (n floats, zeroed): the scratch
+// dqkv, or key-outer the layer's qkv itself (an op that saves_qkv() accumulates into it; the ring
+// reads it first and writes over it: AttentionOp::backward_in_place).
+inline float* qkv_grad(float* qkv, FloatBuffer& dqkv, size_t n, const QueryChunks& q, const AttentionOp& op) {
+  float* d = q.key_outer ? qkv : dqkv.data();
+  if (!q.key_outer || op.saves_qkv()) std::memset(d, 0, n * sizeof(float));
+  return d;
 }
 
 }  // namespace odyssey

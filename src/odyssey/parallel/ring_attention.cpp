@@ -76,6 +76,17 @@ void add_kv(MutHeadsView dk, MutHeadsView dv, const float* dkv, int B, int T, in
     }
 }
 
+// dk, dv := 0.
+void zero_kv(MutHeadsView dk, MutHeadsView dv, int B, int T, int Hkv, int D) {
+  const size_t w = size_t(Hkv) * D * sizeof(float);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      std::memset(dk.data + b * dk.batch_stride + t * dk.row_stride, 0, w);
+      std::memset(dv.data + b * dv.batch_stride + t * dv.row_stride, 0, w);
+    }
+}
+
 void add(float* dst, const float* src, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
@@ -120,9 +131,21 @@ void RingAttention::forward(float* out, float* lse, const float* qkv, int B, int
 void RingAttention::backward(float* dqkv, const float* dout, const float* out, const float* lse,
                              const float* qkv, int B, int T, int H, int D, const AttentionSaved* /*saved*/) {
   const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
-  backward_heads(f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
-                 heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),
-                 {B, T, T, H, f.Hkv, D});
+  const AttentionDims dims{B, T, T, H, f.Hkv, D};
+  if (dqkv != qkv) {
+    backward_heads(f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
+                   heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T), dims);
+    return;
+  }
+  // In place: q is read at every step, so dq accumulates apart and goes over q at the end.
+  const int64_t hd = int64_t(H) * D, rows = int64_t(B) * T;
+  dq_.at_least(size_t(rows * hd));
+  std::memset(dq_.data(), 0, size_t(rows * hd) * sizeof(float));
+  backward_heads(heads_view(dq_.data(), T, H, D), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
+                 heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T), dims, true);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(dqkv + i * f.width(), dq_.data() + i * hd, size_t(hd) * sizeof(float));
 }
 
 namespace {
@@ -149,7 +172,7 @@ void RingAttention::pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& s
 }
 
 size_t RingAttention::bytes() const {
-  size_t n = dkv_in_.bytes() + blk_out_.bytes() + blk_lse_.bytes() + lse_rows_.bytes();
+  size_t n = dkv_in_.bytes() + blk_out_.bytes() + blk_lse_.bytes() + lse_rows_.bytes() + dq_.bytes();
   for (int i = 0; i < 2; ++i) n += kv_[i].bytes() + dkv_[i].bytes();
   return n;
 }
@@ -164,7 +187,8 @@ size_t RingAttention::bytes_for_heads(int B, int Tl, int H, int Hkv, int D) cons
 }
 
 size_t RingAttention::bytes_for(int B, int T, int H, int D, int /*n_layer*/) const {
-  return bytes_for_heads(B, T, H, n_kv_head_ ? n_kv_head_ : H, D);  // scratch only: saves nothing per layer
+  // Scratch only (nothing saved per layer): the schedule's, and dq of the layers' in-place backward.
+  return bytes_for_heads(B, T, H, n_kv_head_ ? n_kv_head_ : H, D) + size_t(B) * T * H * D * sizeof(float);
 }
 
 void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
@@ -210,7 +234,7 @@ void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, Hea
 
 void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout,
                                    HeadsView out, const float* lse, HeadsView q, HeadsView k, HeadsView v,
-                                   AttentionDims d) {
+                                   AttentionDims d, bool own_kv_over) {
   check_dims(d);
   const int P = ring_.size(), r = ring_.rank(), next = (r + 1) % P, prev = (r + P - 1) % P;
   const int B = d.B, Tl = d.Tq, H = d.H, Hkv = d.Hkv, D = d.D;
@@ -224,6 +248,7 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
   if (P > 1) dkv_in_.at_least(size_t(kv_n));
   lse_rows_.at_least(size_t(B) * H * rows);
   pack_kv(kv_[0].data(), k, v, B, Tl, Hkv, D);
+  if (own_kv_over) zero_kv(dk, dv, B, Tl, Hkv, D);  // k, v are not read again
 
   const std::vector<Segment> mine = segments(r, Tl);
   RequestPtr dkv_recv, dkv_send[2];

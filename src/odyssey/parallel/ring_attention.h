@@ -55,16 +55,23 @@ class RingAttention : public AttentionOp {
   // out [B, Tl, H D], lse [B, H, Tl] in local token order.
   void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                AttentionSavedPtr& saved) override;
+  // dqkv may be qkv (backward_in_place): dq accumulates in scratch [B, Tl, H D] while q is read,
+  // K and V are read from the packed block, and the gradient is written over qkv.
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                 int T, int H, int D, const AttentionSaved* saved) override;
+  bool backward_in_place() const override { return true; }
 
   // The schedule on views (the hybrid runs it on Ulysses' head-sharded tensors). dims.Tq = dims.Tk =
   // Tl. out [B, Tl, H, D] and lse [B, H, Tl] are overwritten; backward accumulates dq, dk, dv.
   void forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims);
+  // own_kv_over: dk and dv (which may be k and v, read only before the first step) are zeroed before
+  // the own block's dK, dV are added, instead of accumulating onto what they hold.
   void backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
-                      const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims);
+                      const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
+                      bool own_kv_over = false);
 
   size_t bytes() const override;
+  // The scratch after the layers' forward and in-place backward (with dq's [B, T, H D]).
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
   // The scratch after forward_heads and backward_heads over Tl tokens of H query / Hkv kv heads.
   size_t bytes_for_heads(int B, int Tl, int H, int Hkv, int D) const;
@@ -93,8 +100,9 @@ class RingAttention : public AttentionOp {
   int n_kv_head_;
   RingTimes times_;
   // Scratch reused across calls: K|V blocks (two, double-buffered), travelling dK|dV accumulators
-  // (two being sent, one being received), a block's out and lse, a slice of the saved lse.
-  FloatBuffer kv_[2], dkv_[2], dkv_in_, blk_out_, blk_lse_, lse_rows_;
+  // (two being sent, one being received), a block's out and lse, a slice of the saved lse, and dq of
+  // an in-place backward.
+  FloatBuffer kv_[2], dkv_[2], dkv_in_, blk_out_, blk_lse_, lse_rows_, dq_;
 };
 
 }  // namespace odyssey

@@ -75,6 +75,7 @@ class UlyssesAttention : public AttentionOp {
 
   size_t bytes() const override;
   bool saves_qkv() const override { return true; }
+  bool backward_in_place() const override { return true; }  // reads the saved copies, not the qkv
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
 
   bool chunks_queries() const override { return inner_ == nullptr; }

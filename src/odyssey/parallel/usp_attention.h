@@ -53,9 +53,12 @@ class SequenceParallelAttention : public AttentionOp {
     return op_->bytes_for(B, T, H, D, n_layer);
   }
 
-  // Query chunks (long-context-memory.md §4.8): Ulysses alone runs them (ulysses.h); the ring and the
-  // hybrid run the whole sequence (with memory.chunk_tokens chunking only their token-local ops).
+  // Query chunks (long-context-memory.md §4.8): Ulysses alone runs them against the K/V prefix
+  // (ulysses.h); under the ring and the hybrid the ring steps are the outer loop, each arriving K/V
+  // block applied to every local query row block, and their backward runs in place (the layer's qkv
+  // becomes its gradient: no sequence-wide dqkv).
   bool chunks_queries() const override { return ulysses_ && !ring_; }
+  bool backward_in_place() const override { return ring_ && op_->backward_in_place(); }
   KvPrefixLayout kv_prefix(int H, int D) const override { return op_->kv_prefix(H, D); }
   void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) override {
     op_->store_kv(kv, qkv, r, n, T, H, D);
