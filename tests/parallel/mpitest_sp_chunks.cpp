@@ -42,21 +42,10 @@ ModelConfig tiny(const std::string& arch) {
   return c;
 }
 
-struct Batch {
-  std::vector<int> inputs, targets;
-  int64_t count = 0;
-};
+using sp_test::Batch;
 
 Batch batch(const ModelConfig& c) {
-  std::mt19937 gen(7);
-  std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
-  Batch b;
-  for (int i = 0; i < B * T; ++i) {
-    b.inputs.push_back(tok(gen));
-    b.targets.push_back(i % 5 == 2 ? -1 : tok(gen));  // some tokens not counted
-    b.count += b.targets.back() >= 0;
-  }
-  return b;
+  return sp_test::random_batch(B, T, c.vocab_size, 7, 5, 2);  // some tokens not counted
 }
 
 struct Result {

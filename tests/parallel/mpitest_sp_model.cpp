@@ -35,21 +35,10 @@ ModelConfig tiny(int n_head) {
   return c;
 }
 
-struct Batch {
-  std::vector<int> inputs, targets;
-  int64_t count = 0;
-};
+using sp_test::Batch;
 
 Batch batch(const ModelConfig& c) {
-  std::mt19937 gen(5);
-  std::uniform_int_distribution<int> tok(0, c.vocab_size - 1);
-  Batch b;
-  for (int i = 0; i < B * T; ++i) {
-    b.inputs.push_back(tok(gen));
-    b.targets.push_back(i % 7 == 3 ? -1 : tok(gen));  // some tokens not counted
-    b.count += b.targets.back() >= 0;
-  }
-  return b;
+  return sp_test::random_batch(B, T, c.vocab_size, 5, 7, 3);  // some tokens not counted
 }
 
 void init(GPT2& m) {

@@ -40,4 +40,23 @@ inline std::vector<float> uniform(size_t n, uint32_t seed, float amplitude) {
   return v;
 }
 
+// B rows of T random tokens below vocab with their targets; every target whose index i satisfies
+// i % mask_period == mask_at is -1 (not counted). count: the counted targets.
+struct Batch {
+  std::vector<int> inputs, targets;
+  int64_t count = 0;
+};
+
+inline Batch random_batch(int B, int T, int vocab, uint32_t seed, int mask_period, int mask_at) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> tok(0, vocab - 1);
+  Batch b;
+  for (int i = 0; i < B * T; ++i) {
+    b.inputs.push_back(tok(gen));
+    b.targets.push_back(i % mask_period == mask_at ? -1 : tok(gen));
+    b.count += b.targets.back() >= 0;
+  }
+  return b;
+}
+
 }  // namespace odyssey::sp_test
