@@ -88,6 +88,24 @@ std::vector<int> all_positions() {
   return p;
 }
 
+// The largest per-tensor relative error |got - want| / |want| of the gradients, each checked ≤ 1e-6.
+double worst_grad_error(const ModelConfig& c, const std::vector<float>& want, const std::vector<float>& got,
+                        const std::string& what) {
+  auto stage = architecture(c.arch).make_stage(c, StageRange{}, false, {});
+  double worst = 0;
+  for (const ParamInfo& t : stage->table().tensors()) {
+    double e2 = 0, s2 = 0;
+    for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
+      const double g = want[size_t(i)], d = double(got[size_t(i)]) - g;
+      e2 += d * d, s2 += g * g;
+    }
+    const double rel = std::sqrt(e2 / std::max(s2, 1e-60));
+    EXPECT_LE(rel, 1e-6) << what << ", " << t.name;
+    worst = std::max(worst, rel);
+  }
+  return worst;
+}
+
 TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
   const int P = world().size();
   if (P == 1) GTEST_SKIP() << "Ulysses needs 2 or more ranks";
@@ -119,18 +137,7 @@ TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
         for (double p : parts) total += p;
         EXPECT_NEAR(total, want.loss, 1e-6 * std::abs(want.loss)) << what;
         sp.all_reduce(got.grads.data(), got.grads.size(), DType::f32);
-        auto stage = architecture(arch).make_stage(c, StageRange{}, false, {});
-        double worst = 0;
-        for (const ParamInfo& t : stage->table().tensors()) {
-          double e2 = 0, s2 = 0;
-          for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
-            const double g = want.grads[size_t(i)], d = double(got.grads[size_t(i)]) - g;
-            e2 += d * d, s2 += g * g;
-          }
-          const double rel = std::sqrt(e2 / std::max(s2, 1e-60));
-          EXPECT_LE(rel, 1e-6) << what << ", " << t.name;
-          worst = std::max(worst, rel);
-        }
+        const double worst = worst_grad_error(c, want.grads, got.grads, what);
         if (world().rank() == 0)
           std::printf("  %-44s loss rel diff %.1e, grads worst |dg|/|g| %.1e, bitwise %s\n", what.c_str(),
                       std::abs(total / want.loss - 1), worst, got.grads == want.grads ? "yes" : "no");
@@ -229,18 +236,7 @@ TEST(SpChunks, RingAndHybridKeyOuterMatchOneProcessWithChunks) {
         EXPECT_NEAR(total, want.loss, 1e-6 * std::abs(want.loss)) << what;
         std::vector<float> summed = got.grads;
         sp.all_reduce(summed.data(), summed.size(), DType::f32);
-        auto stage = architecture(arch).make_stage(c, StageRange{}, false, {});
-        double worst = 0;
-        for (const ParamInfo& t : stage->table().tensors()) {
-          double e2 = 0, s2 = 0;
-          for (int64_t i = t.offset; i < t.offset + t.numel; ++i) {
-            const double g = want.grads[size_t(i)], d = double(summed[size_t(i)]) - g;
-            e2 += d * d, s2 += g * g;
-          }
-          const double rel = std::sqrt(e2 / std::max(s2, 1e-60));
-          EXPECT_LE(rel, 1e-6) << what << ", " << t.name;
-          worst = std::max(worst, rel);
-        }
+        const double worst = worst_grad_error(c, want.grads, summed, what);
         if (world().rank() == 0)
           std::printf("  %-36s loss rel diff %.1e, grads worst |dg|/|g| %.1e\n", what.c_str(),
                       std::abs(total / want.loss - 1), worst);
