@@ -1,5 +1,6 @@
 // Kernel throughput on GPT-2 124M shapes, printed as one JSON object on stdout:
-//   gemm: GFLOP/s of every linear layer's forward and two backward GEMMs at M = 1024 rows;
+//   gemm: GFLOP/s of every linear layer's forward and two backward GEMMs at M = 1024 rows, each also
+//   with the padded-B copy off ("gflops_no_pad": ODYSSEY_GEMM_PAD_B=0; the same where it never pads);
 //   layernorm, gelu, cross-entropy: GB/s counting the minimum traffic (each input read once, each
 //   output written once), so cache-resident re-reads inside a kernel do not inflate the figure.
 // Usage: bench_kernels [seconds per measurement, default 0.5]. Threads follow OMP_NUM_THREADS.
@@ -49,26 +50,25 @@ void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K) {
   const double flops = 2.0 * M * N * static_cast<double>(K);
   struct Form {
     const char* name;
-    double seconds;
     int m, n, k;
     bool ta, tb;
+    float *c, *a, *b, *bias;
   };
-  Form forms[] = {
-      {"forward", time_per_call([&] {
-         gemm(out.data(), in.data(), w.data(), bias.data(), M, N, K, false, true, false);
-       }),
-       M, N, K, false, true},
-      {"backward_input",
-       time_per_call([&] { gemm(dinp.data(), out.data(), w.data(), nullptr, M, K, N, false, false, true); }),
-       M, K, N, false, false},
-      {"backward_weight",
-       time_per_call([&] { gemm(dw.data(), out.data(), in.data(), nullptr, N, K, M, true, false, true); }), N,
-       K, M, true, false},
+  const Form forms[] = {
+      {"forward", M, N, K, false, true, out.data(), in.data(), w.data(), bias.data()},
+      {"backward_input", M, K, N, false, false, dinp.data(), out.data(), w.data(), nullptr},
+      {"backward_weight", N, K, M, true, false, dw.data(), out.data(), in.data(), nullptr},
   };
-  for (const auto& f : forms)
+  for (const Form& f : forms) {
+    auto call = [&] { gemm(f.c, f.a, f.b, f.bias, f.m, f.n, f.k, f.ta, f.tb, f.bias == nullptr); };
+    const double seconds = time_per_call(call);
+    set_gemm_pad_b(false);
+    const double no_pad = time_per_call(call);
+    set_gemm_pad_b(true);
     rows.push_back(fmt::format(
-        R"({{"layer": "{}x{}", "form": "{}", "M": {}, "N": {}, "K": {}, "trans_a": {}, "trans_b": {}, "ms": {:.3f}, "gflops": {:.1f}}})",
-        N, K, f.name, f.m, f.n, f.k, f.ta, f.tb, f.seconds * 1e3, flops / f.seconds / 1e9));
+        R"({{"layer": "{}x{}", "form": "{}", "M": {}, "N": {}, "K": {}, "trans_a": {}, "trans_b": {}, "ms": {:.3f}, "gflops": {:.1f}, "gflops_no_pad": {:.1f}}})",
+        N, K, f.name, f.m, f.n, f.k, f.ta, f.tb, seconds * 1e3, flops / seconds / 1e9, flops / no_pad / 1e9));
+  }
 }
 
 double gbps(double bytes, double seconds) {

@@ -109,3 +109,42 @@ TEST(Gemm, MeasuresPositiveThroughput) {
 }
 
 }  // namespace
+
+// A wide row-major B (N >= 2048, M >= 256) goes through a padded copy (gemm.h): that path against the
+// double reference, every transpose of A, with and without accumulate and bias, and against the
+// unpadded path (ODYSSEY_GEMM_PAD_B=0) within the same bound.
+TEST(Gemm, PaddedWideBMatchesReferenceAndUnpaddedPath) {
+  ASSERT_TRUE(gemm_pad_b()) << "the padded path is the default";
+  uint32_t seed = 300;
+  for (bool ta : {false, true})
+    for (bool acc : {false, true}) check_gemm({257, 2050, 19, ta, false, acc, acc}, seed += 10);
+  // The same product both ways: not the same bits (another blocking), within rounding.
+  const int M = 300, N = 3072, K = 64;
+  auto A = random_floats(size_t(M) * K, 7), B = random_floats(size_t(K) * N, 8);
+  std::vector<float> padded(size_t(M) * N), plain(size_t(M) * N);
+  gemm(padded.data(), A.data(), B.data(), nullptr, M, N, K, false, false, false);
+  set_gemm_pad_b(false);
+  gemm(plain.data(), A.data(), B.data(), nullptr, M, N, K, false, false, false);
+  set_gemm_pad_b(true);
+  double worst = 0;
+  for (size_t i = 0; i < plain.size(); ++i) worst = std::max(worst, double(std::abs(padded[i] - plain[i])));
+  EXPECT_LE(worst, 2.0 * (K + 2) * FLT_EPSILON * K);  // |a|, |b| <= 1: sum |a b| <= K
+}
+
+TEST(Gemm, PadSettingFromEnvironment) {
+  setenv("ODYSSEY_GEMM_PAD_B", "0", 1);
+  gemm_pad_b_from_env();
+  EXPECT_FALSE(gemm_pad_b());
+  setenv("ODYSSEY_GEMM_PAD_B", "yes", 1);
+  try {
+    gemm_pad_b_from_env();
+    ADD_FAILURE() << "ODYSSEY_GEMM_PAD_B=yes was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("ODYSSEY_GEMM_PAD_B=yes"), std::string::npos) << e.what();
+  }
+  unsetenv("ODYSSEY_GEMM_PAD_B");
+  gemm_pad_b_from_env();
+  EXPECT_TRUE(gemm_pad_b());
+  EXPECT_GT(gemm_scratch_bytes(3072), 0u);  // GPT-2 124M's MLP
+  EXPECT_EQ(gemm_scratch_bytes(768), 0u);   // never padded
+}

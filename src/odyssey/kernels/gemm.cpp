@@ -7,9 +7,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -35,27 +39,56 @@ dnnl::stream& cpu_stream() {
 }
 
 // The thread count is part of the key because oneDNN picks its blocking for the threads it was
-// created with (its own primitive cache keys on it too).
-using Key = std::tuple<int, int, int, bool, bool, bool, bool, int>;
+// created with (its own primitive cache keys on it too); so is B's row stride, which changes it too.
+using Key = std::tuple<int, int, int, bool, bool, bool, bool, int, int>;
+
+// Padded B: rows of N + 16 floats (64 bytes more), so consecutive rows do not start at the same
+// offset within a page. Only where the copy is cheap against the product (M >= 256 rows share it)
+// and the scratch stays within kPadScratchBytes.
+constexpr int kPadFloats = 16;
+constexpr int kPadMinN = 2048, kPadMinM = 256;
+constexpr uint64_t kPadScratchBytes = uint64_t(64) << 20;
+
+std::atomic<int>& pad_b_setting() {  // -1: not read yet
+  static std::atomic<int> setting{-1};
+  return setting;
+}
+
+bool pads_b(int M, int N, int K, bool trans_b) {
+  return !trans_b && N >= kPadMinN && M >= kPadMinM &&
+         uint64_t(K) * uint64_t(N + kPadFloats) * sizeof(float) <= kPadScratchBytes && gemm_pad_b();
+}
+
+// B [K, N] (row stride N) copied to rows of ldb floats, in this thread's scratch.
+const float* padded_copy(const float* B, int K, int N, int ldb) {
+  thread_local std::vector<float> scratch;
+  scratch.resize(size_t(K) * size_t(ldb));
+  float* out = scratch.data();  // the caller's: inside the parallel loop `scratch` names each thread's own
+#pragma omp parallel for schedule(static)
+  for (int k = 0; k < K; ++k)
+    std::memcpy(out + size_t(k) * size_t(ldb), B + size_t(k) * size_t(N), size_t(N) * sizeof(float));
+  return out;
+}
 
 struct Entry {
   dnnl::matmul prim;
   memory::desc a, b, bias, c;
 };
 
-// Row-major [rows, cols] stored either as is or transposed ([cols, rows] in memory).
-memory::desc matrix_desc(int rows, int cols, bool transposed) {
-  Dims strides = transposed ? Dims{1, rows} : Dims{cols, 1};
+// Row-major [rows, cols] stored either as is or transposed ([cols, rows] in memory), rows (or columns)
+// `ld` floats apart.
+memory::desc matrix_desc(int rows, int cols, bool transposed, int ld) {
+  Dims strides = transposed ? Dims{1, ld} : Dims{ld, 1};
   return memory::desc(Dims{rows, cols}, memory::data_type::f32, strides);
 }
 
 Entry build(const Key& key) {
-  auto [M, N, K, trans_a, trans_b, accumulate, has_bias, threads] = key;
+  auto [M, N, K, trans_a, trans_b, accumulate, has_bias, threads, ldb] = key;
   (void)threads;
   Entry e;
-  e.a = matrix_desc(M, K, trans_a);  // op(A) [M, K]
-  e.b = matrix_desc(K, N, trans_b);  // op(B) [K, N]
-  e.c = matrix_desc(M, N, false);
+  e.a = matrix_desc(M, K, trans_a, trans_a ? M : K);  // op(A) [M, K]
+  e.b = matrix_desc(K, N, trans_b, ldb);              // op(B) [K, N]
+  e.c = matrix_desc(M, N, false, N);
   e.bias = memory::desc(Dims{1, N}, memory::data_type::f32, Dims{N, 1});
   dnnl::primitive_attr attr;
   if (accumulate) {
@@ -93,7 +126,10 @@ void gemm(float* C, const float* A, const float* B, const float* bias, int M, in
   ODY_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
   if (M == 0 || N == 0) return;
   if (K == 0) return gemm_empty_k(C, bias, M, N, accumulate);
-  Key key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, omp_get_max_threads()};
+  const bool pad = pads_b(M, N, K, trans_b);
+  const int ldb = pad ? N + kPadFloats : (trans_b ? K : N);
+  if (pad) B = padded_copy(B, K, N, ldb);
+  Key key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, omp_get_max_threads(), ldb};
   try {
     const Entry& e = cached(key);
     auto& engine = cpu_engine();
@@ -109,6 +145,26 @@ void gemm(float* C, const float* A, const float* B, const float* bias, int M, in
     fail("gemm M={} N={} K={} trans_a={} trans_b={}: oneDNN error: {}", M, N, K, trans_a, trans_b,
          err.what());
   }
+}
+
+void gemm_pad_b_from_env() {
+  const char* env = std::getenv("ODYSSEY_GEMM_PAD_B");
+  const std::string value = env ? env : "";
+  ODY_CHECK(value.empty() || value == "0" || value == "1", "ODYSSEY_GEMM_PAD_B={}: expected 0 or 1", value);
+  pad_b_setting().store(value != "0" ? 1 : 0);
+}
+
+bool gemm_pad_b() {
+  if (pad_b_setting().load() < 0) gemm_pad_b_from_env();
+  return pad_b_setting().load() == 1;
+}
+
+void set_gemm_pad_b(bool on) {
+  pad_b_setting().store(on ? 1 : 0);
+}
+
+uint64_t gemm_scratch_bytes(int widest_n) {
+  return widest_n >= kPadMinN && gemm_pad_b() ? kPadScratchBytes : 0;
 }
 
 double measure_gemm_gflops(int n, double seconds) {

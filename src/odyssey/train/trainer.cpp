@@ -290,6 +290,11 @@ struct Run {
   // at a time on this thread, and one more on Domino's communication thread.
   uint64_t reduction_transient_bytes() const { return world.transient_bytes() * (tp_overlap ? 2 : 1); }
   int seq_len() const { return config.seq_len(); }
+  // The GEMMs' padded-B scratch (kernels/gemm.h): a working buffer of the layers, counted with their
+  // activations. The widest B is a linear layer's input: the MLP's hidden size or the model's width.
+  uint64_t gemm_scratch_bytes() const {
+    return odyssey::gemm_scratch_bytes(std::max(config.model.d_model, config.model.ffn_dim()));
+  }
 
   // Before any activation is allocated: a sequence that cannot fit on this host is refused here.
   // memory.checkpoint = auto picks the first policy that fits, in order of speed (none, cheap,
@@ -325,7 +330,8 @@ struct Run {
               recorded, deferred_weight_grad_bytes_for(*model, int64_t(tc.micro_batch) * n.tokens_per_rank));
         disk += model->offload_bytes_for(tc.micro_batch, n.tokens_per_rank);
       }
-      n.activations_per_rank = std::max(largest, recorded) * size_t(in_flight) + recorded;
+      n.activations_per_rank =
+          std::max(largest, recorded) * size_t(in_flight) + recorded + gemm_scratch_bytes();
       if (tp_overlap) {  // Domino's second reduction in flight: its partial sums (and TP-SP slice)
         const TpSplit split{grid.tp().size(), config.parallel.tp_sp, true};
         const int64_t half = int64_t(config.layer_chunk_rows()) * (split.sequence_parallel ? split.t : 1);
@@ -684,6 +690,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     }
     memory.activations = run.pipeline ? run.pipeline->peak_activation_bytes() + run.model().attention_bytes()
                                       : acts->bytes() + run.model().attention_bytes();
+    memory.activations += run.gemm_scratch_bytes();
     // After `comm` is read, so these gathers are not counted in the step's traffic.
     const auto [peak_rss_mine, peak_rss_max] = peak_rss(world);
     const nlohmann::json pipeline_record =
