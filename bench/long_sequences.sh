@@ -132,6 +132,8 @@ try:
     r.update(step_ms=round(m["step_ms"], 1), tokens_per_s=round(m["tokens_per_s"], 1),
              peak_rss_bytes_rank0=m["peak_rss_bytes"], peak_rss_bytes_max=m["peak_rss_bytes_max"],
              memory=m["memory"], loss=m["loss"])
+    if "offload" in m:  # the disk tier: bytes written / read and the I/O stall of the step
+        r["offload"] = m["offload"]
 except Exception as e:  # a failed run (e.g. out of memory) is reported, not hidden
     r.update(failed=True, rc=rc, error=str(e), log_tail=open(log).read()[-400:])
 print(json.dumps(r))

@@ -5,7 +5,8 @@
 
 namespace odyssey {
 
-// Sum of squares of x[0..n), accumulated in double (a partial sum: shards add theirs up).
+// Sum of squares of x[0..n), accumulated in double (a partial sum: shards add theirs up); the same
+// bits for any thread count.
 double sum_of_squares(const float* x, size_t n);
 
 // The factor gradients are multiplied by so their global norm is at most max_norm (1 if already
