@@ -10,10 +10,11 @@ namespace odyssey {
 //   op(A) is [M,K]: A is stored [M,K], or [K,M] when trans_a.
 //   op(B) is [K,N]: B is stored [K,N], or [N,K] when trans_b.
 // bias may be null. Thread count follows OpenMP (omp_get_max_threads()).
-// A wide row-major B (not trans_b, N >= 2048) is first copied into a scratch buffer with padded rows:
-// oneDNN's sgemm then packs it instead of streaming it in place, which ran 1.1-2.8x faster on the
-// GPT-2 shapes that have one (the MLP down-projection's backward: N = 4C; bench_kernels
-// "gemm_padded_b"). Other bits than the unpadded call (another blocking), within the same rounding.
+// A wide row-major B (not trans_b, N >= 2048; with trans_a only if N is not a power of two) is first copied
+// into a scratch buffer with padded rows: oneDNN's sgemm then packs it instead of streaming it in place,
+// which ran 1.1-2.8x faster on the GPT-2 shapes that have one (the MLP down-projection's backward: N = 4C;
+// bench_kernels "gemm_padded_b"). Other bits than the unpadded call (another blocking), within the same
+// rounding.
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool trans_a,
           bool trans_b, bool accumulate);
 
