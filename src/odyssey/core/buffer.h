@@ -75,4 +75,11 @@ class AlignedBuffer {
 using FloatBuffer = AlignedBuffer<float>;
 using IntBuffer = AlignedBuffer<int32_t>;
 
+// Bytes per element of the buffer a pointer to member names (a size written as elements, summed in
+// bytes: the activations' bytes_for).
+template <typename T, typename S>
+constexpr size_t element_bytes(AlignedBuffer<T> S::*) {
+  return sizeof(T);
+}
+
 }  // namespace odyssey

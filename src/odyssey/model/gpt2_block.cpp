@@ -25,34 +25,70 @@ float* zeroed(FloatBuffer& b, size_t n) {
   return b.data();
 }
 
-}  // namespace
-
-namespace {
 size_t rows_of(int rows, size_t N) {
   return rows < 0 ? N : std::min(size_t(rows), N);
 }
-}  // namespace
 
-// Under tensor parallelism a layer holds R = rows(N) residual-stream rows (all N, or the TP-SP slice)
-// and, for the projections' outputs, G = N / R token rows per residual row: the stored and cheap
+// The one place a layer's buffer sizes are written: calls f(&Gpt2LayerActs::buffer, floats) for each
+// buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them).
+//
+// Under tensor parallelism a layer holds Rn = rows(N) residual-stream rows (all N, or the TP-SP slice)
+// and, for the projections' outputs, G = N / Rn token rows per residual row: the stored and cheap
 // groups count residual rows, their wide buffers (fch, fch_gelu) G times as many token rows of this
 // rank's 4C/t features; the sequence-wide ones hold its H/t heads of all N tokens.
-void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
-                             const TpSplit& tp) {
+// Attention: qkv [Q, 3C/t] (and kv [N, K]), atty [A, C/t], lse [A H/t]; output residual3 [Rn, C].
+// Stored (S rows): residual2 [S, C], four [S] statistics, fch [S G, 4C/t]. Cheap (R rows): ln1, ln2
+// [R, C], fch_gelu [R G, 4C/t].
+template <typename F>
+void for_each_layer_buffer(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
+                           const TpSplit& tp, F&& f) {
+  using L = Gpt2LayerActs;
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
                G = N / Rn;
   const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
   const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
                A = rows.sequence ? rows_of(rows.attention, N) : 0;
   const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
-  fit(ln1, R * C), fit(ln1_mean, S), fit(ln1_rstd, S);
-  fit(qkv, keep_qkv ? Q * 3 * C / t : 0);
-  fit(kv, keep_qkv ? N * K : 0);
-  fit(atty, A * C / t), fit(lse, A * c.n_head / t);
-  fit(residual2, S * C);
-  fit(ln2, R * C), fit(ln2_mean, S), fit(ln2_rstd, S);
-  fit(fch, S * G * 4 * C / t), fit(fch_gelu, R * G * 4 * C / t);
-  fit(residual3, rows.output ? Rn * C : 0);
+  f(&L::ln1, R * C), f(&L::ln1_mean, S), f(&L::ln1_rstd, S);
+  f(&L::qkv, keep_qkv ? Q * 3 * C / t : 0);
+  f(&L::kv, keep_qkv ? N * K : 0);
+  f(&L::atty, A * C / t), f(&L::lse, A * c.n_head / t);
+  f(&L::residual2, S * C);
+  f(&L::ln2, R * C), f(&L::ln2_mean, S), f(&L::ln2_rstd, S);
+  f(&L::fch, S * G * 4 * C / t), f(&L::fch_gelu, R * G * 4 * C / t);
+  f(&L::residual3, rows.output ? Rn * C : 0);
+}
+
+// The one place the scratch's sizes are written: calls f(&Gpt2BlockScratch::buffer, floats) for each
+// buffer allocate(c, B, T, shared_qkv, backward, chunk, tp, q) holds.
+//
+// With query chunks, datty and dqkv hold one chunk (A = R rows) and dkv the dK, dV of every row in
+// the op's prefix layout (at least C wide: it carries the head's gradient). Key-outer (ring, hybrid):
+// no dqkv, the op's backward writes the gradient over the layer's qkv.
+template <typename F>
+void for_each_scratch_buffer(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
+                             const TpSplit& tp, const QueryChunks& q, F&& f) {
+  using S = Gpt2BlockScratch;
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
+  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
+  const bool qc = q.on;
+  const size_t A = qc ? R : N;
+  f(&S::qkv, shared_qkv ? N * 3 * C / t : 0);
+  // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP)
+  // unless it holds one chunk: then dkv carries it.
+  f(&S::datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C)));
+  f(&S::dqkv, q.key_outer ? 0 : b * A * 3 * C / t);
+  f(&S::dkv, qc ? b * N * std::max(size_t(q.kv.width()), C) : 0);
+  f(&S::dln, b * R * C * size_t(tp.slots())), f(&S::dfch, b * R * G * 4 * C / t),
+      f(&S::dfch_gelu, b * R * G * 4 * C / t);
+}
+
+}  // namespace
+
+void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
+                             const TpSplit& tp) {
+  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
+                        [this](FloatBuffer Gpt2LayerActs::*m, size_t n) { fit(this->*m, n); });
   attention.reset();  // saved for another shape
 }
 
@@ -66,18 +102,10 @@ size_t Gpt2LayerActs::bytes() const {
 
 size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                                 const TpSplit& tp) {
-  const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
-               G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
-  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
-               A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
-  // Attention: qkv [Q, 3C/t] (and kv [N, K]), atty [A, C/t], lse [A H/t]; output
-  // residual3 [Rn, C]. Stored (S rows): residual2 [S, C], four [S] statistics, fch [S G, 4C/t]. Cheap (R
-  // rows): ln1, ln2 [R, C], fch_gelu [R G, 4C/t].
-  return ((keep_qkv ? Q * 3 * C / t + N * K : 0) + A * C / t + A * c.n_head / t + (rows.output ? Rn * C : 0) +
-          S * (C + 4 + G * 4 * C / t) + R * (2 * C + G * 4 * C / t)) *
-         sizeof(float);
+  size_t floats = 0;
+  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
+                        [&](FloatBuffer Gpt2LayerActs::*, size_t n) { floats += n; });
+  return floats * sizeof(float);
 }
 
 void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
@@ -86,23 +114,10 @@ void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
   std::swap(fch_gelu, o.fch_gelu);
 }
 
-// With query chunks, datty and dqkv hold one chunk (A = R rows) and dkv the dK, dV of every row in
-// the op's prefix layout (at least C wide: it carries the head's gradient). Key-outer (ring, hybrid):
-// no dqkv, the op's backward writes the gradient over the layer's qkv.
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
                                 const TpSplit& tp, const QueryChunks& q) {
-  const size_t N = size_t(B) * T, C = size_t(c.d_model), b = backward ? 1 : 0, t = size_t(tp.t);
-  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
-  const bool qc = q.on;
-  const size_t A = qc ? R : N;
-  fit(qkv, shared_qkv ? N * 3 * C / t : 0);
-  // datty also carries the stage's d(final norm output) [Rn, C] from the LM head (wider under plain TP)
-  // unless it holds one chunk: then dkv carries it.
-  fit(datty, b * (qc ? A * C / t : std::max(N * C / t, Rn * C)));
-  fit(dqkv, q.key_outer ? 0 : b * A * 3 * C / t);
-  fit(dkv, qc ? b * N * std::max(size_t(q.kv.width()), C) : 0);
-  fit(dln, b * R * C * size_t(tp.slots())), fit(dfch, b * R * G * 4 * C / t),
-      fit(dfch_gelu, b * R * G * 4 * C / t);
+  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
+                          [this](FloatBuffer Gpt2BlockScratch::*m, size_t n) { fit(this->*m, n); });
 }
 
 size_t Gpt2BlockScratch::bytes() const {
@@ -112,15 +127,10 @@ size_t Gpt2BlockScratch::bytes() const {
 
 size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                    int chunk, const TpSplit& tp, const QueryChunks& q) {
-  const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t);
-  const size_t Rn = size_t(tp.rows(N)), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
-  const bool qc = q.on;
-  const size_t A = qc ? R : N;
-  return (N * C / t * (shared_qkv ? 3 : 0) +
-          (backward ? (qc ? A * C / t : std::max(N * C / t, Rn * C)) + (q.key_outer ? 0 : A * C / t * 3) +
-                          (qc ? N * std::max(size_t(q.kv.width()), C) : 0) + R * C * (tp.slots() + G * 8 / t)
-                    : 0)) *
-         sizeof(float);
+  size_t floats = 0;
+  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
+                          [&](FloatBuffer Gpt2BlockScratch::*, size_t n) { floats += n; });
+  return floats * sizeof(float);
 }
 
 Gpt2LayerTensors resolve_layer(const LayerParams& l, const std::function<float*(const ParamInfo&)>& at) {

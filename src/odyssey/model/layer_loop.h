@@ -47,6 +47,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/core/offload_file.h"
 #include "odyssey/model/op_observer.h"
+#include "odyssey/model/query_chunks.h"
 #include "odyssey/model/recompute.h"
 #include "odyssey/model/row_chunks.h"
 #include "odyssey/model/stage.h"
@@ -67,6 +68,21 @@ inline std::vector<size_t> kept_input_record_bytes(int n, const RowChunks& rc, s
   for (int i = 0; i < kept_input_records(n, embeddings); ++i)
     for (int j = 0; j < rc.count(); ++j) bytes.push_back(size_t(rc.size(j)) * width * sizeof(float));
   return bytes;
+}
+
+// Which outputs of n layers of a stage a policy keeps in RAM, written once for
+// KeptLayers::allocate_outputs and kept_output_bytes_for: a recomputing policy keeps in RAM those of
+// the first n - 1 layers (the last one's is in the lent buffer), on disk the slot (when a layer input
+// is ever resident in it; embeddings: the stage computes layer 0's input); other policies none here
+// (each layer's output is its own residual3).
+struct KeptOutputs {
+  int layers = 0;
+  bool slot = false;
+};
+inline KeptOutputs kept_outputs(int n, const MemoryOptions& memory, bool embeddings) {
+  if (!keeps_layer_inputs(memory.checkpoint)) return {};
+  if (memory.tier == MemoryTier::disk) return {0, n > 1 || embeddings};
+  return {std::max(n - 1, 0), false};
 }
 
 // What a micro-batch keeps of its layers, per policy.
@@ -137,12 +153,10 @@ struct KeptLayers {
     lent = &lent_buffer;
     record_rows = rc;
     width = row_width;
-    if (!recomputes_layers()) return;
-    if (!on_disk()) {
-      for (int i = 0; i + 1 < n; ++i) layers[size_t(i)].residual3.resize(floats);
-      return;
-    }
-    if (n > 1 || embeddings) slot.resize(floats);
+    const KeptOutputs kept = kept_outputs(n, memory, embeddings);
+    for (int i = 0; i < kept.layers; ++i) layers[size_t(i)].residual3.resize(floats);
+    if (kept.slot) slot.resize(floats);
+    if (!on_disk()) return;
     first_record = embeddings ? 0 : 1;
     std::vector<size_t> bytes = kept_input_record_bytes(n, rc, width, embeddings);
     if (bytes.empty()) return;
@@ -234,11 +248,11 @@ struct KeptLayers {
   }
 };
 
-// What allocate_outputs keeps of n layers' outputs of `floats` each in RAM (one per layer but the
-// last, or the slot on disk; the lent buffer is the stage's) and on disk (the scratch file).
+// What allocate_outputs keeps of n layers' outputs of `floats` each in RAM (kept_outputs; the lent
+// buffer is the stage's) and on disk (the scratch file).
 inline size_t kept_output_bytes_for(int n, size_t floats, const MemoryOptions& memory, bool embeddings) {
-  if (memory.tier == MemoryTier::disk) return (n > 1 || embeddings ? 1 : 0) * floats * sizeof(float);
-  return size_t(std::max(n - 1, 0)) * floats * sizeof(float);
+  const KeptOutputs kept = kept_outputs(n, memory, embeddings);
+  return (size_t(kept.layers) + (kept.slot ? 1 : 0)) * floats * sizeof(float);
 }
 inline uint64_t kept_output_disk_bytes_for(int n, const RowChunks& rc, size_t width,
                                            const MemoryOptions& memory, bool embeddings) {
@@ -255,6 +269,34 @@ inline uint64_t kept_output_disk_bytes_for(int n, const RowChunks& rc, size_t wi
 inline LayerRows working_rows(CheckpointPolicy policy, int rows, bool query_chunks) {
   const bool full = policy == CheckpointPolicy::full;
   return {rows, rows, true, false, query_chunks ? rows : -1, query_chunks && full ? rows : -1};
+}
+
+// The LayerRows a stage's layers are allocated with under `policy`, written once for its activations'
+// allocate and bytes_for: every kept layer's and, when the policy runs one, the working layer's. none
+// keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the working
+// layer one chunk at a time; keep_attention keeps a layer's attention output and lse, full nothing
+// (both keep the layer's output too: KeptLayers::allocate_outputs), and run one working layer
+// (working_rows). rows: a row chunk's rows; q: the attention per query chunk (its K/V prefix beside
+// the qkv added here).
+struct LayerGroups {
+  LayerRows kept;
+  bool has_work = false;
+  LayerRows work = {};
+};
+inline LayerGroups layer_groups(CheckpointPolicy policy, int rows, const QueryChunks& q) {
+  switch (policy) {
+    case CheckpointPolicy::none:
+      return {q.with_kv({})};
+    case CheckpointPolicy::cheap:
+      return {q.with_kv({-1, 0, true, true}), true, {0, rows, false, false}};
+    case CheckpointPolicy::keep_attention:
+      return {{0, 0, true, false, 0, -1}, true, q.with_kv(working_rows(policy, rows, q.on))};
+    case CheckpointPolicy::full:
+      return {{0, 0, false, false}, true, q.with_kv(working_rows(policy, rows, q.on))};
+    case CheckpointPolicy::automatic:
+      break;  // resolved by the trainer: a stage never sees it (LayerStage::set_memory checks)
+  }
+  fail("memory.checkpoint = auto reached a stage unresolved");
 }
 
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.

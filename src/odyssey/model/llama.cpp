@@ -38,6 +38,36 @@ RopeScalingParams rope_scaling(const ModelConfig& c) {
 
 }  // namespace
 
+namespace {
+
+// The one place the sizes of the stage's own buffers (beside its layers and the blocks' scratch) are
+// written: calls f(&LlamaActivations::buffer, elements) for each (allocate resizes them, bytes_for
+// sums them). rope tables [N, D/2] x 2; encoded (with the embeddings, unless kept on disk) and dres
+// [R, C]; with the head the final norm's weight [C], losses [N] and the head's buffers (logits
+// [chunk G, rows(V)] and the norm's chunk buffers) unless it borrows the scratch; tokens, targets,
+// positions [N].
+template <typename F>
+void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, int T,
+                         const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows, F&& f) {
+  using A = LlamaActivations;
+  const size_t N = size_t(B) * T, C = c.d_model, half = size_t(c.head_dim()) / 2,
+               R = size_t(split.rows(int64_t(N))),
+               V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
+  const bool head = range.head(c);
+  f(&A::rope_cos, N * half), f(&A::rope_sin, N * half);
+  f(&A::encoded,
+    range.embeddings() && !KeptLayers<LlamaLayerActs>::keeps_embeddings(memory, true) ? R * C : 0);
+  f(&A::fn_weight, head ? C : 0);
+  const size_t head_floats =
+      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
+  f(&A::head_own, lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
+  f(&A::losses, head ? N : 0);
+  f(&A::tokens, N), f(&A::targets, N), f(&A::positions, N);
+  f(&A::dres, R * C);
+}
+
+}  // namespace
+
 void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
                                 bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
                                 int64_t vocab_rows, const QueryChunks& query_chunks_) {
@@ -51,46 +81,21 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
     return;
   B = B_, T = T_, range = range_, split = split_, shared_qkv = shared_qkv_, head_chunk = chunk,
   layer_chunk = memory.chunk_tokens, kept.policy = memory.checkpoint, query_chunks = query_chunks_;
-  const size_t N = size_t(B) * T, C = c.d_model, half = size_t(c.head_dim()) / 2,
-               R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
-               V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
+  const size_t N = size_t(B) * T, C = c.d_model, R = size_t(split.rows(int64_t(N)));
   const RowChunks rc = query_chunks.rows(int(R), layer_chunk, T);
   kept.chunks = rc.count();
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
-  // none keeps every layer whole; cheap keeps all but the cheap group, which it borrows from the
-  // working layer one chunk at a time; keep_attention and full keep a layer's output (and its
-  // attention) and run one working layer whose token-local buffers hold one chunk.
-  const int rows = rc.chunk_rows();
-  for (LlamaLayerActs& l : kept.layers) {
-    if (kept.policy == CheckpointPolicy::none)
-      l.allocate(c, B, T, !shared_qkv, query_chunks.with_kv({}), split);
-    if (kept.policy == CheckpointPolicy::cheap)
-      l.allocate(c, B, T, !shared_qkv, query_chunks.with_kv({-1, 0, true, true}), split);
-    if (kept.keeps_attention())
-      l.atty.resize(N * size_t(c.n_head) / t * c.head_dim()), l.lse.resize(size_t(B) * c.n_head / t * T);
-  }
+  const LayerGroups groups = layer_groups(kept.policy, rc.chunk_rows(), query_chunks);
+  for (LlamaLayerActs& l : kept.layers) l.allocate(c, B, T, !shared_qkv, groups.kept, split);
   kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = LlamaLayerActs();
-  if (kept.policy == CheckpointPolicy::cheap)
-    kept.work.allocate(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  if (kept.recomputes_layers())
-    kept.work.allocate(c, B, T, !shared_qkv,
-                       query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)), split);
+  if (groups.has_work) kept.work.allocate(c, B, T, !shared_qkv, groups.work, split);
   scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
-  rope_cos.resize(N * half);
-  rope_sin.resize(N * half);
   // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
-  encoded.resize(range.embeddings() && !kept.keeps_embeddings(memory, true) ? R * C : 0);
-  fn_weight.resize(head ? C : 0);
+  for_each_own_buffer(c, range, B, T, memory, split, vocab_rows,
+                      [this](auto m, size_t n) { (this->*m).resize(n); });
   fn_sums.reset(head ? int(C) : 0);
-  const size_t head_floats = head ? lm_head_floats(head_chunk, split, int64_t(V), int(C)) : 0;
-  head_own.resize(lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
-  losses.resize(head ? N : 0);
-  tokens.resize(N);
-  targets.resize(N);
-  positions.resize(N);
-  dres.resize(R * C);
 }
 
 size_t LlamaActivations::bytes() const {
@@ -103,43 +108,20 @@ size_t LlamaActivations::bytes() const {
 size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                    bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
                                    int64_t vocab_rows, const QueryChunks& query_chunks) {
-  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()), half = size_t(c.head_dim()) / 2,
-               R = size_t(split.rows(int64_t(N))), t = size_t(split.t),
-               V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
-  const bool head = range.head(c);
-  // rope tables [N, D/2] x 2; encoded (with the embeddings, unless kept on disk) and dres [R, C]; with
-  // the head the final norm's weight [C], losses [N] and the head's buffers (logits [chunk G, rows(V)]
-  // and the norm's chunk buffers) unless it borrows the scratch.
-  const size_t head_floats =
-      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
-  const size_t floats =
-      2 * N * half +
-      R * C * (1 + (range.embeddings() && !KeptLayers<LlamaLayerActs>::keeps_embeddings(memory, true))) +
-      (head ? C + N : 0) + (lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
-  // cheap: every layer without its cheap group, and one chunk of that group. Recomputing policies:
-  // per layer its output [N, C] (keep_attention: also the attention's output
-  // [N, H D] and lse [B, H, T]), and one working layer to run or recompute, whose token-local
-  // activations hold one row chunk (and which writes its output into the kept one).
-  const int rows = query_chunks.rows(int(R), memory.chunk_tokens, T).chunk_rows();
-  size_t layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, query_chunks.with_kv({}), split);
-  if (memory.checkpoint == CheckpointPolicy::cheap)
-    layers = L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, query_chunks.with_kv({-1, 0, true, true}),
-                                           split) +
-             LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, {0, rows, false, false}, split);
-  const size_t work = LlamaLayerActs::bytes_for(
-      c, B, T, !shared_qkv, query_chunks.with_kv(working_rows(memory.checkpoint, rows, query_chunks.on)),
-      split);
-  // The layer outputs are in RAM but the last (in dres), or on disk with one slot resident
-  // (KeptLayers::allocate_outputs).
-  const size_t outputs = kept_output_bytes_for(int(L), R * C, memory, range.embeddings());
-  if (memory.checkpoint == CheckpointPolicy::full) layers = outputs + work;
-  if (memory.checkpoint == CheckpointPolicy::keep_attention)
-    layers = outputs +
-             L * (N * size_t(c.n_head) / t * c.head_dim() + size_t(B) * c.n_head / t * T) * sizeof(float) +
-             work;
-  return layers +
-         LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks) +
-         floats * sizeof(float) + 3 * N * sizeof(int32_t);
+  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()),
+               R = size_t(split.rows(int64_t(N)));
+  // The kept layers, the working layer, and a recomputing policy's layer outputs: in RAM but the last
+  // (in dres), or on disk with one slot resident (KeptLayers::allocate_outputs).
+  const LayerGroups groups = layer_groups(
+      memory.checkpoint, query_chunks.rows(int(R), memory.chunk_tokens, T).chunk_rows(), query_chunks);
+  size_t bytes =
+      L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, groups.kept, split) +
+      (groups.has_work ? LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, groups.work, split) : 0) +
+      kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
+      LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks);
+  for_each_own_buffer(c, range, B, T, memory, split, vocab_rows,
+                      [&](auto m, size_t n) { bytes += n * element_bytes(m); });
+  return bytes;
 }
 
 // --- the model -----------------------------------------------------------------------------------

@@ -27,12 +27,6 @@ float* zeroed(FloatBuffer& b, size_t n) {
 
 }  // namespace
 
-namespace {
-size_t rows_of(int rows, size_t N) {
-  return rows < 0 ? N : std::min(size_t(rows), N);
-}
-}  // namespace
-
 LlamaShape LlamaShape::of(const ModelConfig& c, int B, int T, int chunk, const TpSplit& tp) {
   const int t = tp.t, H = c.n_head, K = c.kv_heads(), F = c.ffn_dim();
   ODY_CHECK(H % t == 0, "model.n_head = {} does not split over parallel.tp = {}", H, t);
@@ -44,12 +38,26 @@ LlamaShape LlamaShape::of(const ModelConfig& c, int B, int T, int chunk, const T
   return {B, T, c.d_model, H / t, K % t == 0 ? K / t : 1, c.head_dim(), F / t, float(c.rms_norm_eps), chunk};
 }
 
+namespace {
+
+size_t rows_of(int rows, size_t N) {
+  return rows < 0 ? N : std::min(size_t(rows), N);
+}
+
+// The one place a layer's buffer sizes are written: calls f(&LlamaLayerActs::buffer, floats) for each
+// buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them).
+//
 // Under tensor parallelism a layer holds Rn = rows(N) residual-stream rows (all N, or the TP-SP
 // slice) and G = N / Rn token rows of the projections per residual row (see Gpt2LayerActs): the
 // stored and cheap groups count residual rows, their wide buffers (gate_up, h) G times as many token
 // rows of this rank's F/t features; the sequence-wide ones hold its heads for all N tokens.
-void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
-                              const TpSplit& tp) {
+// Attention: qkv [Q, (H + 2 Hkv) D] (and kv [N, K]), atty [A, H D], lse [A H]; output residual3
+// [Rn, C]. Stored (S rows): residual2 [S, C], two [S] statistics, gate_up [S G, 2F]. Cheap (R rows):
+// an, bn [R, C], h [R G, F].
+template <typename Fn>
+void for_each_layer_buffer(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
+                           const TpSplit& tp, Fn&& f) {
+  using L = LlamaLayerActs;
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
   const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn;
@@ -57,14 +65,44 @@ void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv,
   const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
                A = rows.sequence ? rows_of(rows.attention, N) : 0;
   const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
-  fit(an, R * C), fit(an_rstd, S);
-  fit(qkv, keep_qkv ? Q * size_t(s.qkv_width()) : 0);
-  fit(kv, keep_qkv ? N * K : 0);
-  fit(atty, A * HD), fit(lse, A * s.H);
-  fit(residual2, S * C);
-  fit(bn, R * C), fit(bn_rstd, S);
-  fit(gate_up, S * G * 2 * F), fit(h, R * G * F);
-  fit(residual3, rows.output ? Rn * C : 0);
+  f(&L::an, R * C), f(&L::an_rstd, S);
+  f(&L::qkv, keep_qkv ? Q * size_t(s.qkv_width()) : 0);
+  f(&L::kv, keep_qkv ? N * K : 0);
+  f(&L::atty, A * HD), f(&L::lse, A * s.H);
+  f(&L::residual2, S * C);
+  f(&L::bn, R * C), f(&L::bn_rstd, S);
+  f(&L::gate_up, S * G * 2 * F), f(&L::h, R * G * F);
+  f(&L::residual3, rows.output ? Rn * C : 0);
+}
+
+// The one place the scratch's sizes are written: calls f(&LlamaBlockScratch::buffer, floats) for each
+// buffer allocate(c, B, T, shared_qkv, backward, chunk, tp, q) holds.
+//
+// Whole: datty, dqkv [N, ...] (key-outer: no dqkv, the gradient goes over the qkv). With query chunks,
+// datty and dqkv hold one chunk [R, ...] and dkv the dK, dV of every row in the op's prefix layout
+// (at least C wide: it carries the head's gradient).
+template <typename Fn>
+void for_each_scratch_buffer(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
+                             const TpSplit& tp, const QueryChunks& q, Fn&& f) {
+  using S = LlamaBlockScratch;
+  const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
+  const size_t N = size_t(s.N()), b = backward ? 1 : 0, W = size_t(s.qkv_width()), C = size_t(s.C),
+               HD = size_t(s.H) * s.D, F = size_t(s.F);
+  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
+  const bool qc = q.on;
+  f(&S::qkv, shared_qkv ? N * W : 0);
+  f(&S::datty, b * (qc ? R * HD : N * std::max(C, HD)));
+  f(&S::dqkv, b * (qc ? R * W : q.key_outer ? 0 : N * W));
+  f(&S::dkv, qc ? b * N * std::max(C, size_t(q.kv.width())) : 0);
+  f(&S::dnorm, b * R * C * size_t(tp.slots())), f(&S::dh, b * R * G * F), f(&S::dgate_up, b * R * G * 2 * F);
+}
+
+}  // namespace
+
+void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
+                              const TpSplit& tp) {
+  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
+                        [this](FloatBuffer LlamaLayerActs::*m, size_t n) { fit(this->*m, n); });
   attention.reset();
 }
 
@@ -78,19 +116,10 @@ size_t LlamaLayerActs::bytes() const {
 
 size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                                  const TpSplit& tp) {
-  const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
-  const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
-  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
-  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
-               A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
-  // Attention: qkv [Q, (H + 2 Hkv) D] (and kv [N, K]), atty [A, H D], lse [A H];
-  // output residual3 [Rn, C]. Stored (S rows): residual2 [S, C], two [S] statistics, gate_up [S G, 2F].
-  // Cheap (R rows): an, bn [R, C], h [R G, F].
-  return ((keep_qkv ? Q * size_t(s.qkv_width()) + N * K : 0) + A * (HD + size_t(s.H)) +
-          (rows.output ? Rn * C : 0) + S * (C + G * 2 * F + 2) + R * (2 * C + G * F)) *
-         sizeof(float);
+  size_t floats = 0;
+  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
+                        [&](FloatBuffer LlamaLayerActs::*, size_t n) { floats += n; });
+  return floats * sizeof(float);
 }
 
 void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
@@ -99,22 +128,10 @@ void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
   std::swap(h, o.h);
 }
 
-// With query chunks, datty and dqkv hold one chunk and dkv the dK, dV of every row in the op's prefix
-// layout (at least C wide: it carries the head's gradient). Key-outer (ring, hybrid): no dqkv.
 void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                  int chunk, const TpSplit& tp, const QueryChunks& q) {
-  const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
-  const size_t N = size_t(s.N()), b = backward ? 1 : 0, W = size_t(s.qkv_width()), C = size_t(s.C);
-  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
-  const bool qc = q.on;
-  fit(qkv, shared_qkv ? N * W : 0);
-  if (qc)
-    fit(datty, b * R * size_t(s.H) * s.D), fit(dqkv, b * R * W),
-        fit(dkv, b * N * std::max(C, size_t(q.kv.width())));
-  else
-    fit(datty, b * N * std::max(C, size_t(s.H) * s.D)), fit(dqkv, q.key_outer ? 0 : b * N * W), fit(dkv, 0);
-  fit(dnorm, b * R * size_t(s.C) * size_t(tp.slots())), fit(dh, b * R * G * size_t(s.F)),
-      fit(dgate_up, b * R * G * 2 * size_t(s.F));
+  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
+                          [this](FloatBuffer LlamaBlockScratch::*m, size_t n) { fit(this->*m, n); });
 }
 
 size_t LlamaBlockScratch::bytes() const {
@@ -124,16 +141,10 @@ size_t LlamaBlockScratch::bytes() const {
 
 size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                     int chunk, const TpSplit& tp, const QueryChunks& q) {
-  const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
-  const size_t N = size_t(s.N()), W = size_t(s.qkv_width()), C = size_t(s.C), HD = size_t(s.H) * s.D;
-  const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn, R = size_t(q.rows(int(Rn), chunk, T).chunk_rows());
-  const bool qc = q.on;
-  // Whole: datty, dqkv [N, ...] (key-outer: no dqkv, the gradient goes over the qkv); query chunks:
-  // datty, dqkv [R, ...] and dkv [N, ...].
-  const size_t whole = backward && !qc ? std::max(C, HD) + (q.key_outer ? 0 : W) : 0;
-  const size_t kv_rows = backward && qc ? std::max(C, size_t(q.kv.width())) : 0;
-  const size_t local = backward ? C * size_t(tp.slots()) + G * 3 * size_t(s.F) + (qc ? HD + W : 0) : 0;
-  return (N * ((shared_qkv ? W : 0) + whole + kv_rows) + R * local) * sizeof(float);
+  size_t floats = 0;
+  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
+                          [&](FloatBuffer LlamaBlockScratch::*, size_t n) { floats += n; });
+  return floats * sizeof(float);
 }
 
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& l,
