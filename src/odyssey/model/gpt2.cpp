@@ -14,10 +14,6 @@ namespace odyssey {
 
 namespace {
 
-int head_rows(int N, int head_chunk_tokens) {
-  return head_chunk_tokens > 0 ? std::min(N, head_chunk_tokens) : N;
-}
-
 // The one place the sizes of the stage's own buffers (beside its layers and the blocks' scratch) are
 // written: calls f(&Gpt2Activations::buffer, elements) for each (allocate resizes them, bytes_for sums
 // them). encoded (with the embeddings, unless kept on disk) and dres [R, C]; with the head, the final
@@ -34,7 +30,7 @@ void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, i
     range.embeddings() && !KeptLayers<Gpt2LayerActs>::keeps_embeddings(memory, true) ? R * C : 0);
   f(&A::lnf_params, head ? 2 * C : 0);
   const size_t head_floats =
-      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
+      head ? lm_head_floats(lm_head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
   f(&A::head_own, lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   f(&A::losses, head ? N : 0);
   f(&A::tokens, N), f(&A::targets, N), f(&A::positions, N);
@@ -47,7 +43,7 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
                                bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
                                int64_t vocab_rows, const QueryChunks& query_chunks_) {
   const bool head = range_.head(c);
-  const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
+  const int chunk = head ? lm_head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
       kept.allocated_for(memory) && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
@@ -89,17 +85,8 @@ size_t Gpt2Activations::bytes() const {
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                   bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
                                   int64_t vocab_rows, const QueryChunks& query_chunks) {
-  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()),
-               R = size_t(split.rows(int64_t(N)));
-  // The kept layers, the working layer, and a recomputing policy's layer outputs: in RAM but the last
-  // (in dres), or on disk with one slot resident (KeptLayers::allocate_outputs).
-  const LayerGroups groups = layer_groups(
-      memory.checkpoint, query_chunks.rows(int(R), memory.chunk_tokens, T).chunk_rows(), query_chunks);
-  size_t bytes =
-      L * Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, groups.kept, split) +
-      (groups.has_work ? Gpt2LayerActs::bytes_for(c, B, T, !shared_qkv, groups.work, split) : 0) +
-      kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
-      Gpt2BlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks);
+  size_t bytes = layers_bytes_for<Gpt2LayerActs, Gpt2BlockScratch>(c, range, B, T, shared_qkv, memory, split,
+                                                                   query_chunks);
   for_each_own_buffer(c, range, B, T, memory, split, vocab_rows,
                       [&](auto m, size_t n) { bytes += n * element_bytes(m); });
   return bytes;

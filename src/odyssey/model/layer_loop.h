@@ -299,6 +299,24 @@ inline LayerGroups layer_groups(CheckpointPolicy policy, int rows, const QueryCh
   fail("memory.checkpoint = auto reached a stage unresolved");
 }
 
+// What a stage's layers hold for a micro-batch of B x T under `memory`, for every architecture
+// (LayerActs and Scratch: its block's buffers, model/<arch>_block.h): every kept layer, the working
+// layer, a recomputing policy's layer outputs (in RAM but the last, which is in dres, or on disk with
+// one slot resident: KeptLayers::allocate_outputs) and the blocks' scratch. The stage's own buffers
+// (embeddings, head, tokens) are the model's to add.
+template <typename LayerActs, typename Scratch>
+size_t layers_bytes_for(const ModelConfig& c, const StageRange& range, int B, int T, bool shared_qkv,
+                        const MemoryOptions& memory, const TpSplit& split, const QueryChunks& q) {
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), L = size_t(range.layers()),
+               R = size_t(split.rows(int64_t(N)));
+  const LayerGroups groups =
+      layer_groups(memory.checkpoint, q.rows(int(R), memory.chunk_tokens, T).chunk_rows(), q);
+  return L * LayerActs::bytes_for(c, B, T, !shared_qkv, groups.kept, split) +
+         (groups.has_work ? LayerActs::bytes_for(c, B, T, !shared_qkv, groups.work, split) : 0) +
+         kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
+         Scratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, q);
+}
+
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.
 template <typename LayerActs, typename Fwd>
 void forward_layers(KeptLayers<LayerActs>& k, const float* input, int first, int n, LayerHooks& hooks,

@@ -15,10 +15,6 @@ namespace odyssey {
 
 namespace {
 
-int head_rows(int N, int head_chunk_tokens) {
-  return head_chunk_tokens > 0 ? std::min(N, head_chunk_tokens) : N;
-}
-
 // The configuration is checked before anything is sized from it.
 ParamTable checked_table(const ModelConfig& c, const StageRange& range, const TpPiece& tp) {
   c.validate();
@@ -59,7 +55,7 @@ void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, i
     range.embeddings() && !KeptLayers<LlamaLayerActs>::keeps_embeddings(memory, true) ? R * C : 0);
   f(&A::fn_weight, head ? C : 0);
   const size_t head_floats =
-      head ? lm_head_floats(head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
+      head ? lm_head_floats(lm_head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
   f(&A::head_own, lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
   f(&A::losses, head ? N : 0);
   f(&A::tokens, N), f(&A::targets, N), f(&A::positions, N);
@@ -72,7 +68,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
                                 bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
                                 int64_t vocab_rows, const QueryChunks& query_chunks_) {
   const bool head = range_.head(c);
-  const int chunk = head ? head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
+  const int chunk = head ? lm_head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
   kept.work_layer = -1;
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
       kept.allocated_for(memory) && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
@@ -108,17 +104,8 @@ size_t LlamaActivations::bytes() const {
 size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                    bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
                                    int64_t vocab_rows, const QueryChunks& query_chunks) {
-  const size_t N = size_t(B) * T, C = c.d_model, L = size_t(range.layers()),
-               R = size_t(split.rows(int64_t(N)));
-  // The kept layers, the working layer, and a recomputing policy's layer outputs: in RAM but the last
-  // (in dres), or on disk with one slot resident (KeptLayers::allocate_outputs).
-  const LayerGroups groups = layer_groups(
-      memory.checkpoint, query_chunks.rows(int(R), memory.chunk_tokens, T).chunk_rows(), query_chunks);
-  size_t bytes =
-      L * LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, groups.kept, split) +
-      (groups.has_work ? LlamaLayerActs::bytes_for(c, B, T, !shared_qkv, groups.work, split) : 0) +
-      kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
-      LlamaBlockScratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, query_chunks);
+  size_t bytes = layers_bytes_for<LlamaLayerActs, LlamaBlockScratch>(c, range, B, T, shared_qkv, memory,
+                                                                     split, query_chunks);
   for_each_own_buffer(c, range, B, T, memory, split, vocab_rows,
                       [&](auto m, size_t n) { bytes += n * element_bytes(m); });
   return bytes;

@@ -18,6 +18,8 @@
 // of m of them is gathered into t m tokens (rank q's m rows, in rank order) before the GEMM.
 #pragma once
 
+#include <algorithm>
+
 #include <vector>
 
 #include "odyssey/kernels/norm_grad_sums.h"
@@ -57,6 +59,11 @@ struct LmHeadArgs {
 };
 
 // Rows of the logits block for chunks of `chunk` residual rows: chunk x the tokens per residual row.
+// Residual rows per chunk of the head over N rows: memory.head_chunk_tokens, or all N when 0.
+inline int lm_head_rows(int N, int head_chunk_tokens) {
+  return head_chunk_tokens > 0 ? std::min(N, head_chunk_tokens) : N;
+}
+
 inline int64_t lm_head_block_rows(int chunk, const TpSplit& split) {
   return int64_t(chunk) * (split.sequence_parallel ? split.t : 1);
 }
