@@ -14,27 +14,13 @@ namespace odyssey {
 
 namespace {
 
-// The one place the sizes of the stage's own buffers (beside its layers and the blocks' scratch) are
-// written: calls f(&Gpt2Activations::buffer, elements) for each (allocate resizes them, bytes_for sums
-// them). encoded (with the embeddings, unless kept on disk) and dres [R, C]; with the head, the final
-// norm's weight and bias [2C], losses [N] and the head's buffers (logits [chunk G, rows(V)] and the
-// norm's chunk buffers) unless it borrows the scratch; tokens, targets, positions [N].
+// The stage's own buffers (beside its layers and the blocks' scratch): those every architecture has
+// (layer_loop.h) and the final norm's weight and bias [2C] with the head.
 template <typename F>
 void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, int T,
                          const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows, F&& f) {
-  using A = Gpt2Activations;
-  const size_t N = size_t(B) * T, C = c.d_model, R = size_t(split.rows(int64_t(N))),
-               V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
-  const bool head = range.head(c);
-  f(&A::encoded,
-    range.embeddings() && !KeptLayers<Gpt2LayerActs>::keeps_embeddings(memory, true) ? R * C : 0);
-  f(&A::lnf_params, head ? 2 * C : 0);
-  const size_t head_floats =
-      head ? lm_head_floats(lm_head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
-  f(&A::head_own, lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
-  f(&A::losses, head ? N : 0);
-  f(&A::tokens, N), f(&A::targets, N), f(&A::positions, N);
-  f(&A::dres, R * C);
+  for_each_stage_buffer<Gpt2Activations, Gpt2LayerActs>(c, range, B, T, memory, split, vocab_rows, f);
+  f(&Gpt2Activations::lnf_params, range.head(c) ? 2 * size_t(c.d_model) : 0);
 }
 
 }  // namespace

@@ -46,6 +46,7 @@
 #include "odyssey/core/buffer.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/offload_file.h"
+#include "odyssey/model/lm_head.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/query_chunks.h"
 #include "odyssey/model/recompute.h"
@@ -315,6 +316,26 @@ size_t layers_bytes_for(const ModelConfig& c, const StageRange& range, int B, in
          (groups.has_work ? LayerActs::bytes_for(c, B, T, !shared_qkv, groups.work, split) : 0) +
          kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
          Scratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, q);
+}
+
+// The stage buffers every architecture's activations A have, written once: f(&A::buffer, elements) for
+// each (allocate resizes them, bytes_for sums them). encoded (with the embeddings, unless kept on disk)
+// and dres [R, C]; with the head, losses [N] and the head's buffers (logits [chunk G, rows(V)] and the
+// final norm's chunk buffers) unless it borrows the scratch; tokens, targets, positions [N]. Each
+// architecture adds its own (final norm parameters, rope tables).
+template <typename A, typename LayerActs, typename F>
+void for_each_stage_buffer(const ModelConfig& c, const StageRange& range, int B, int T,
+                           const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows, F&& f) {
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), R = size_t(split.rows(int64_t(N))),
+               V = vocab_rows > 0 ? size_t(vocab_rows) : size_t(c.vocab_size);
+  const bool head = range.head(c);
+  f(&A::encoded, range.embeddings() && !KeptLayers<LayerActs>::keeps_embeddings(memory, true) ? R * C : 0);
+  const size_t head_floats =
+      head ? lm_head_floats(lm_head_rows(int(R), memory.head_chunk_tokens), split, int64_t(V), int(C)) : 0;
+  f(&A::head_own, lm_head_borrows_scratch(head_floats, R, int(C)) ? 0 : head_floats);
+  f(&A::losses, head ? N : 0);
+  f(&A::tokens, N), f(&A::targets, N), f(&A::positions, N);
+  f(&A::dres, R * C);
 }
 
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.
