@@ -25,10 +25,6 @@ float* zeroed(FloatBuffer& b, size_t n) {
   return b.data();
 }
 
-size_t rows_of(int rows, size_t N) {
-  return rows < 0 ? N : std::min(size_t(rows), N);
-}
-
 // The one place a layer's buffer sizes are written: calls f(&Gpt2LayerActs::buffer, floats) for each
 // buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them).
 //
@@ -45,10 +41,9 @@ void for_each_layer_buffer(const ModelConfig& c, int B, int T, bool keep_qkv, co
   using L = Gpt2LayerActs;
   const size_t N = size_t(B) * T, C = size_t(c.d_model), t = size_t(tp.t), Rn = size_t(tp.rows(N)),
                G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
-  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
-               A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
+  const LayerRows::Counts n = rows.counts(N, Rn);
+  const size_t S = n.stored, R = n.cheap, Q = n.qkv, A = n.attention,
+               K = n.kv;  // K: the K/V prefix's floats per row
   f(&L::ln1, R * C), f(&L::ln1_mean, S), f(&L::ln1_rstd, S);
   f(&L::qkv, keep_qkv ? Q * 3 * C / t : 0);
   f(&L::kv, keep_qkv ? N * K : 0);

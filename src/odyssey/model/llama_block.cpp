@@ -40,10 +40,6 @@ LlamaShape LlamaShape::of(const ModelConfig& c, int B, int T, int chunk, const T
 
 namespace {
 
-size_t rows_of(int rows, size_t N) {
-  return rows < 0 ? N : std::min(size_t(rows), N);
-}
-
 // The one place a layer's buffer sizes are written: calls f(&LlamaLayerActs::buffer, floats) for each
 // buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them).
 //
@@ -61,10 +57,9 @@ void for_each_layer_buffer(const ModelConfig& c, int B, int T, bool keep_qkv, co
   const LlamaShape s = LlamaShape::of(c, B, T, 0, tp);
   const size_t N = size_t(s.N()), C = size_t(s.C), F = size_t(s.F), HD = size_t(s.H) * s.D;
   const size_t Rn = size_t(tp.rows(s.N())), G = N / Rn;
-  const size_t S = rows_of(rows.stored, Rn), R = rows_of(rows.cheap, Rn);
-  const size_t Q = rows.sequence ? rows_of(rows.qkv, N) : 0,
-               A = rows.sequence ? rows_of(rows.attention, N) : 0;
-  const size_t K = rows.sequence ? size_t(rows.kv) : 0;  // floats per row of kv: the K/V prefix
+  const LayerRows::Counts n = rows.counts(N, Rn);
+  const size_t S = n.stored, R = n.cheap, Q = n.qkv, A = n.attention,
+               K = n.kv;  // K: the K/V prefix's floats per row
   f(&L::an, R * C), f(&L::an_rstd, S);
   f(&L::qkv, keep_qkv ? Q * size_t(s.qkv_width()) : 0);
   f(&L::kv, keep_qkv ? N * K : 0);

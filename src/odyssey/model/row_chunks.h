@@ -71,6 +71,18 @@ struct LayerRows {
   int qkv = -1;
   int attention = -1;
   int64_t kv = 0;  // floats per token row of the K/V prefix held beside the qkv (0: none)
+
+  // The groups' rows resolved for a layer of N token rows and Rn residual-stream rows (all N, or the
+  // TP-SP slice): stored and cheap count residual rows, qkv and attention token rows; kv is floats per
+  // token row. Every architecture's block sizes its buffers from these.
+  struct Counts {
+    size_t stored, cheap, qkv, attention, kv;
+  };
+  Counts counts(size_t N, size_t Rn) const {
+    auto of = [](int r, size_t all) { return r < 0 ? all : std::min(size_t(r), all); };
+    return {of(stored, Rn), of(cheap, Rn), sequence ? of(qkv, N) : 0, sequence ? of(attention, N) : 0,
+            sequence ? size_t(kv) : 0};
+  }
 };
 
 }  // namespace odyssey
