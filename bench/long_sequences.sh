@@ -63,6 +63,9 @@ model_args() {  # $1 = small | gpt2, $2 = T
   esac
 }
 
+# mpirun --bind-to none: Open MPI binds each rank of a job of one or two ranks to one core, and the
+# engine runs as many threads as its ranks' cores (train.threads): a one-rank run would use one core.
+
 # Estimated step seconds for (model, T, P): the measured step at T/2 (same model and P) times 4
 # (attention is quadratic in T; the linear parts make this an over-estimate). Empty if unknown.
 estimate() {
@@ -102,7 +105,7 @@ for item in $PLAN; do
     [[ -n $reason ]] && limit=(timeout "$PROBE_S")
     dir=$(mktemp -d /tmp/longseq.XXXXXX)
     # shellcheck disable=SC2046
-    "${limit[@]}" mpirun -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
+    "${limit[@]}" mpirun --bind-to none -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
       --set data.val= --set model.seq_len="$T" --set train.seq_len="$T" --set train.steps="$STEPS" \
       --set train.global_batch=1 --set train.micro_batch=1 --set train.warmup_steps=0 \
       --set parallel.sp_ulysses="$P" --set parallel.zero_stage=3 --set log.every=1 $MEMORY_ARGS \
@@ -152,7 +155,7 @@ for r in map(json.loads, open(sys.argv[1])):
         print(r["model"], r["T"], r["P"])
 EOF
   # shellcheck disable=SC2046
-  acts=$(mpirun -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
+  acts=$(mpirun --bind-to none -np "$P" --oversubscribe "$BIN" train --config configs/tiny.toml $(model_args "$model" "$T") \
     --set data.val= --set model.seq_len="$T" --set train.seq_len="$T" --set train.global_batch=1 \
     --set train.micro_batch=1 --set parallel.sp_ulysses="$P" --set parallel.zero_stage=3 \
     --set train.host_memory_gb=100000 $MEMORY_ARGS --dry-run 2>/dev/null </dev/null |
