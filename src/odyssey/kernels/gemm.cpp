@@ -42,9 +42,9 @@ dnnl::stream& cpu_stream() {
 // created with (its own primitive cache keys on it too); so is B's row stride, which changes it too.
 using Key = std::tuple<int, int, int, bool, bool, bool, bool, int, int>;
 
-// Padded B: rows of N + 16 floats (64 bytes more), so consecutive rows do not start at the same
-// offset within a page. Only where the copy is cheap against the product (M >= 256 rows share it)
-// and the scratch stays within kPadScratchBytes.
+// Padded B: rows of N + 16 floats (64 bytes more). Not a cache-aliasing fix (N = 2048 was fast
+// unpadded): a B whose rows are not dense makes oneDNN's sgemm take its packing path. Only where the copy is
+// cheap against the product (M >= 256 rows share it) and the scratch stays within kPadScratchBytes.
 constexpr int kPadFloats = 16;
 constexpr int kPadMinN = 2048, kPadMinM = 256;
 constexpr uint64_t kPadScratchBytes = uint64_t(64) << 20;

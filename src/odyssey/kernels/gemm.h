@@ -13,8 +13,8 @@ namespace odyssey {
 // A wide row-major B (not trans_b, N >= 2048; with trans_a only if N is not a power of two) is first copied
 // into a scratch buffer with padded rows: oneDNN's sgemm then packs it instead of streaming it in place,
 // which ran 1.1-2.8x faster on the GPT-2 shapes that have one (the MLP down-projection's backward: N = 4C;
-// bench_kernels "gemm_padded_b"). Other bits than the unpadded call (another blocking), within the same
-// rounding.
+// bench_kernels prints both: "gflops", "gflops_no_pad"). Other bits than the unpadded call (another
+// blocking), within the same rounding.
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool trans_a,
           bool trans_b, bool accumulate);
 
