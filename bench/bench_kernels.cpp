@@ -1,6 +1,8 @@
 // Kernel throughput on GPT-2 124M shapes, printed as one JSON object on stdout:
 //   gemm: GFLOP/s of every linear layer's forward and two backward GEMMs at M = 1024 rows, each also
 //   with the padded-B copy off ("gflops_no_pad": ODYSSEY_GEMM_PAD_B=0; the same where it never pads);
+//   the LM head (50257 x 768) twice: out / dout rows dense ("ld_out": 50257) and padded as the head's
+//   logits block has them (logits_row_stride: 50272);
 //   layernorm, gelu, cross-entropy: GB/s counting the minimum traffic (each input read once, each
 //   output written once), so cache-resident re-reads inside a kernel do not inflate the figure.
 // Usage: bench_kernels [seconds per measurement, default 0.5]. Threads follow OMP_NUM_THREADS.
@@ -16,6 +18,7 @@
 #include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/kernels/layernorm.h"
+#include "odyssey/model/lm_head.h"
 
 #include "odyssey/train/host_info.h"
 
@@ -42,10 +45,11 @@ std::vector<float> filled(size_t n, float value) {
   return std::vector<float>(n, value);
 }
 
-// One linear layer of width (N out, K in) at M rows: out = in W^T, dinp = dout W, dW = dout^T in.
-void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K) {
+// One linear layer of width (N out, K in) at M rows: out = in W^T, dinp = dout W, dW = dout^T in; out
+// and dout rows ld_out floats apart.
+void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K, int64_t ld_out) {
   auto in = filled(static_cast<size_t>(M) * K, 0.01f), w = filled(static_cast<size_t>(N) * K, 0.01f);
-  auto out = filled(static_cast<size_t>(M) * N, 0.0f), bias = filled(N, 0.0f);
+  auto out = filled(size_t(M) * size_t(ld_out), 0.0f), bias = filled(N, 0.0f);
   auto dinp = filled(static_cast<size_t>(M) * K, 0.0f), dw = filled(static_cast<size_t>(N) * K, 0.0f);
   const double flops = 2.0 * M * N * static_cast<double>(K);
   struct Form {
@@ -53,21 +57,23 @@ void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K) {
     int m, n, k;
     bool ta, tb;
     float *c, *a, *b, *bias;
+    GemmLd ld;
   };
   const Form forms[] = {
-      {"forward", M, N, K, false, true, out.data(), in.data(), w.data(), bias.data()},
-      {"backward_input", M, K, N, false, false, dinp.data(), out.data(), w.data(), nullptr},
-      {"backward_weight", N, K, M, true, false, dw.data(), out.data(), in.data(), nullptr},
+      {"forward", M, N, K, false, true, out.data(), in.data(), w.data(), bias.data(), {.c = ld_out}},
+      {"backward_input", M, K, N, false, false, dinp.data(), out.data(), w.data(), nullptr, {.a = ld_out}},
+      {"backward_weight", N, K, M, true, false, dw.data(), out.data(), in.data(), nullptr, {.a = ld_out}},
   };
   for (const Form& f : forms) {
-    auto call = [&] { gemm(f.c, f.a, f.b, f.bias, f.m, f.n, f.k, f.ta, f.tb, f.bias == nullptr); };
+    auto call = [&] { gemm(f.c, f.a, f.b, f.bias, f.m, f.n, f.k, f.ta, f.tb, f.bias == nullptr, f.ld); };
     const double seconds = time_per_call(call);
     set_gemm_pad_b(false);
     const double no_pad = time_per_call(call);
     set_gemm_pad_b(true);
     rows.push_back(fmt::format(
-        R"({{"layer": "{}x{}", "form": "{}", "M": {}, "N": {}, "K": {}, "trans_a": {}, "trans_b": {}, "ms": {:.3f}, "gflops": {:.1f}, "gflops_no_pad": {:.1f}}})",
-        N, K, f.name, f.m, f.n, f.k, f.ta, f.tb, seconds * 1e3, flops / seconds / 1e9, flops / no_pad / 1e9));
+        R"({{"layer": "{}x{}", "form": "{}", "M": {}, "N": {}, "K": {}, "trans_a": {}, "trans_b": {}, "ld_out": {}, "ms": {:.3f}, "gflops": {:.1f}, "gflops_no_pad": {:.1f}}})",
+        N, K, f.name, f.m, f.n, f.k, f.ta, f.tb, ld_out, seconds * 1e3, flops / seconds / 1e9,
+        flops / no_pad / 1e9));
   }
 }
 
@@ -82,7 +88,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> gemm_rows;
   const int M = 1024, C = 768;
   for (auto [N, K] : {std::pair{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {50257, 768}})
-    bench_linear_gemms(gemm_rows, M, N, K);
+    bench_linear_gemms(gemm_rows, M, N, K, N);
+  bench_linear_gemms(gemm_rows, M, 50257, 768, logits_row_stride(50257));  // as the LM head runs
   const double square = measure_gemm_gflops(1024, g_seconds);
 
   // LayerNorm and GELU at B = 8, T = 1024 rows, so the arrays exceed the caches.

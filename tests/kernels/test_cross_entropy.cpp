@@ -119,6 +119,31 @@ TEST(CrossEntropy, GradientRowsSumToZeroAtGpt2Vocabulary) {
   }
 }
 
+// Rows ld > V floats apart (the LM head's padded logits block): each row gives the dense call's bits,
+// and the padding after V columns is neither read (NaN there would show) nor written.
+TEST(CrossEntropy, StridedRowsGiveTheDenseBits) {
+  constexpr int ld = V + 13;
+  auto dense = random_floats(size_t(N) * V, 21, -6.0f, 6.0f);
+  const auto t = targets_with_ignored(N, V, 22);
+  std::vector<float> strided(size_t(N) * ld, std::nanf(""));
+  for (int i = 0; i < N; ++i) std::copy_n(dense.begin() + size_t(i) * V, V, strided.begin() + size_t(i) * ld);
+  std::vector<float> want(N), got(N), want_fb(N), got_fb(N);
+  cross_entropy_forward(want.data(), dense.data(), t.data(), N, V);
+  cross_entropy_forward(got.data(), strided.data(), t.data(), N, V, ld);
+  EXPECT_EQ(got, want);
+  cross_entropy_forward_backward(dense.data(), want_fb.data(), t.data(), N, V, 0.25f);
+  cross_entropy_forward_backward(strided.data(), got_fb.data(), t.data(), N, V, 0.25f, ld);
+  EXPECT_EQ(got_fb, want_fb);
+  for (int i = 0; i < N; ++i)
+    for (int v = 0; v < ld; ++v) {
+      const float g = strided[size_t(i) * ld + v];
+      if (v < V)
+        ASSERT_EQ(g, dense[size_t(i) * V + v]) << "row " << i << " column " << v;
+      else
+        ASSERT_TRUE(std::isnan(g)) << "padding of row " << i << " written";
+    }
+}
+
 TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
   std::vector<float> logits(2 * V, 0.0f), losses(2);
   std::vector<int> t{0, V};

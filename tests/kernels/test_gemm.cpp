@@ -20,29 +20,32 @@ namespace {
 struct Case {
   int M, N, K;
   bool trans_a, trans_b, accumulate, bias;
+  int pad_a = 0, pad_c = 0;  // floats after each stored row of A and of C (GemmLd); 0: dense
 };
 
 void check_gemm(const Case& p, uint32_t seed) {
-  const auto [M, N, K, ta, tb, acc, has_bias] = p;
-  auto A = random_floats(static_cast<size_t>(M) * K, seed);
+  const auto [M, N, K, ta, tb, acc, has_bias, pad_a, pad_c] = p;
+  const size_t lda = size_t((ta ? M : K) + pad_a), ldc = size_t(N + pad_c);
+  auto A = random_floats(size_t(ta ? K : M) * lda, seed);
   auto B = random_floats(static_cast<size_t>(K) * N, seed + 1);
   auto bias = random_floats(N, seed + 2);
-  auto C = random_floats(static_cast<size_t>(M) * N, seed + 3);  // the accumulate base; garbage otherwise
+  auto C = random_floats(size_t(M) * ldc, seed + 3);  // the accumulate base; garbage otherwise
   const auto C0 = C;
+  const GemmLd ld{pad_a ? int64_t(lda) : 0, pad_c ? int64_t(ldc) : 0};
 
-  gemm(C.data(), A.data(), B.data(), has_bias ? bias.data() : nullptr, M, N, K, ta, tb, acc);
+  gemm(C.data(), A.data(), B.data(), has_bias ? bias.data() : nullptr, M, N, K, ta, tb, acc, ld);
 
   std::vector<double> ref(C.size()), tol(C.size());
   for (int i = 0; i < M; ++i) {
     for (int j = 0; j < N; ++j) {
       double sum = 0.0, abs_sum = 0.0;
       for (int k = 0; k < K; ++k) {
-        const double a = ta ? A[static_cast<size_t>(k) * M + i] : A[static_cast<size_t>(i) * K + k];
+        const double a = ta ? A[size_t(k) * lda + i] : A[size_t(i) * lda + k];
         const double b = tb ? B[static_cast<size_t>(j) * K + k] : B[static_cast<size_t>(k) * N + j];
         sum += a * b;
         abs_sum += std::abs(a * b);
       }
-      const size_t ij = static_cast<size_t>(i) * N + j;
+      const size_t ij = size_t(i) * ldc + j;
       if (has_bias) sum += bias[j], abs_sum += std::abs(bias[j]);
       if (acc) sum += C0[ij], abs_sum += std::abs(C0[ij]);
       ref[ij] = sum;
@@ -51,10 +54,13 @@ void check_gemm(const Case& p, uint32_t seed) {
   }
   int failures = 0;
   for (size_t ij = 0; ij < C.size() && failures < 5; ++ij) {
-    if (!(std::abs(C[ij] - ref[ij]) <= tol[ij])) {
+    const bool padding = int(ij % ldc) >= N;  // never written
+    if (padding ? C[ij] != C0[ij] : !(std::abs(C[ij] - ref[ij]) <= tol[ij])) {
       ++failures;
       ADD_FAILURE() << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb << " acc=" << acc
-                    << " bias=" << has_bias << " at " << ij << ": got " << C[ij] << " expected " << ref[ij];
+                    << " bias=" << has_bias << " lda=" << lda << " ldc=" << ldc << " at " << ij
+                    << (padding ? " (padding)" : "") << ": got " << C[ij] << " expected "
+                    << (padding ? C0[ij] : ref[ij]);
     }
   }
 }
@@ -66,6 +72,15 @@ TEST_P(GemmCombos, MatchesDoubleReferenceOnOddShapes) {
   uint32_t seed = 1;
   for (auto [M, N, K] : {std::tuple{37, 53, 29}, {53, 29, 37}, {1, 67, 40}, {111, 1, 5}, {1, 1, 1}})
     check_gemm({M, N, K, ta, tb, acc, bias}, seed += 10);
+}
+
+// A and C with rows wider than the matrix (GemmLd: the LM head's padded logits block), every combination.
+TEST_P(GemmCombos, StridedRowsMatchDoubleReference) {
+  const auto [ta, tb, acc, bias] = GetParam();
+  uint32_t seed = 500;
+  for (auto [M, N, K, pa, pc] :
+       {std::tuple{37, 53, 29, 3, 11}, {53, 29, 37, 16, 0}, {1, 67, 40, 0, 5}, {111, 1, 5, 1, 1}})
+    check_gemm({M, N, K, ta, tb, acc, bias, pa, pc}, seed += 10);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransposes, GemmCombos,
@@ -100,6 +115,13 @@ TEST(Gemm, EmptyReduction) {
 TEST(Gemm, RejectsNegativeSizes) {
   float c = 0;
   EXPECT_THROW(gemm(&c, &c, &c, nullptr, -1, 1, 1, false, false, false), Error);
+}
+
+TEST(Gemm, RejectsRowStridesNarrowerThanTheMatrix) {
+  std::vector<float> a(64), b(64), c(64);
+  EXPECT_THROW(gemm(c.data(), a.data(), b.data(), nullptr, 4, 4, 4, false, false, false, {.a = 3}), Error);
+  EXPECT_THROW(gemm(c.data(), a.data(), b.data(), nullptr, 4, 5, 3, true, false, false, {.a = 3}), Error);
+  EXPECT_THROW(gemm(c.data(), a.data(), b.data(), nullptr, 4, 4, 4, false, false, false, {.c = 2}), Error);
 }
 
 TEST(Gemm, MeasuresPositiveThroughput) {

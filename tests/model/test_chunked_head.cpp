@@ -1,14 +1,17 @@
 // The fused, chunked LM head + cross-entropy (long-context-memory.md §4.4) against the head run as one
 // chunk: the same loss (relative 1e-6) and gradients (per tensor, |Δ| / |g| <= 1e-5) for chunks that
 // do not divide the tokens, with ignored targets and a chunk whose targets are all ignored; a chunk
-// covering every token is bitwise the one-chunk head; repeated runs are bitwise equal.
+// covering every token is bitwise the one-chunk head; repeated runs are bitwise equal. The logits
+// block's padded rows against dense ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "odyssey/core/error.h"
 #include "odyssey/model/gpt2.h"
+#include "odyssey/model/lm_head.h"
 
 namespace odyssey {
 namespace {
@@ -84,13 +87,75 @@ TEST(ChunkedHead, LogitsOnlyWhenOneChunkAndBackwardNeedsATrainingLoss) {
   auto acts = model.make_activations();
   model.forward(*acts, in.data(), tg.data(), nullptr, kB, kT);
   model.loss(*acts, 0.0f, nullptr);
-  EXPECT_NE(model.logits(*acts), nullptr);
+  EXPECT_NE(model.logits(*acts).data, nullptr);
   EXPECT_THROW(model.backward(*acts), Error);  // an evaluation loss prepares no gradient
   model.set_memory(MemoryOptions{CheckpointPolicy::none, 16});
   model.forward(*acts, in.data(), tg.data(), nullptr, kB, kT);
   model.loss(*acts, 0.0f, nullptr);
-  EXPECT_EQ(model.logits(*acts), nullptr);
+  EXPECT_EQ(model.logits(*acts).data, nullptr);
   EXPECT_THROW(model.set_memory(MemoryOptions{CheckpointPolicy::none, -1}), Error);
+}
+
+// The head with its logits rows padded (logits_row_stride, what the models run) against dense rows
+// (block_ld = V: the reference layout) at GPT-2's odd vocabulary: the GEMMs may block otherwise, so
+// within rounding (loss relative 1e-6, gradients |Δ| / |g| <= 1e-5); the padding is never written.
+TEST(ChunkedHead, PaddedLogitsRowsMatchDenseRows) {
+  constexpr int N = 24, C = 32, V = 50257;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n, float scale) {
+    std::vector<float> v(n);
+    for (float& f : v) f = scale * u(rng);
+    return v;
+  };
+  const std::vector<float> x = random(size_t(N) * C, 1.0f), w = random(size_t(V) * C, 0.2f),
+                           gamma = random(C, 1.0f), beta = random(C, 0.1f);
+  std::vector<int> targets(N);
+  for (int i = 0; i < N; ++i) targets[size_t(i)] = i == 5 ? -1 : (i * 7919 + 13) % V;
+
+  struct Out {
+    std::vector<float> losses, dx, dw, dgamma, dbeta, block;
+  };
+  auto run = [&](int64_t ld) {
+    Out o{std::vector<float>(N),
+          std::vector<float>(size_t(N) * C),
+          std::vector<float>(size_t(V) * C),
+          std::vector<float>(C),
+          std::vector<float>(C),
+          std::vector<float>(size_t(N) * size_t(ld), -3.0f)};
+    std::vector<float> nx(size_t(N) * C), nn(size_t(N) * C), ndn(size_t(N) * C), mean(N), rstd(N);
+    NormGradSums sums(2 * C);
+    LmHeadArgs a;
+    a.x = x.data();
+    a.norm = FinalNorm{gamma.data(), beta.data(), 1e-5f,       &sums,      nx.data(),
+                       nn.data(),    ndn.data(),  mean.data(), rstd.data()};
+    a.w = w.data(), a.targets = targets.data(), a.losses = o.losses.data();
+    a.block = o.block.data(), a.block_ld = ld;
+    a.dx = o.dx.data(), a.dw = o.dw.data();
+    a.N = N, a.C = C, a.V = V, a.chunk = N, a.dloss = 1.0f / N;
+    lm_head_loss(a, local_linears(), local_vocab(), nullptr);
+    sums.finish(o.dgamma.data(), o.dbeta.data());
+    return o;
+  };
+  const int64_t padded = logits_row_stride(V);
+  ASSERT_EQ(padded % 16, 0);
+  ASSERT_GT(padded, V);
+  const Out dense = run(V), got = run(padded);
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, double tol, const char* what) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < a.size(); ++i)
+      diff += (a[i] - b[i]) * double(a[i] - b[i]), norm += double(b[i]) * b[i];
+    EXPECT_LE(std::sqrt(diff), tol * std::sqrt(norm) + 1e-12) << what;
+  };
+  close(got.losses, dense.losses, 1e-6, "losses");
+  EXPECT_EQ(got.losses[5], 0.0f);
+  close(got.dx, dense.dx, 1e-5, "dx");
+  close(got.dw, dense.dw, 1e-5, "dW");
+  close(got.dgamma, dense.dgamma, 1e-5, "d(norm weight)");
+  close(got.dbeta, dense.dbeta, 1e-5, "d(norm bias)");
+  for (int i = 0; i < N; ++i)
+    for (int64_t v = V; v < padded; ++v) ASSERT_EQ(got.block[size_t(i * padded + v)], -3.0f) << "row " << i;
+  EXPECT_THROW(run(V - 1), Error);  // a stride narrower than the vocabulary
 }
 
 }  // namespace

@@ -254,6 +254,24 @@ void check_cross_entropy(int64_t V) {
     for (int64_t c = vs.real; c < vs.rows; ++c) ASSERT_EQ(dlogits_r[j * vs.rows + c], 0.0f);
   // §1.6: a MAX of n floats, then the normaliser and the target logit packed into one SUM of 2n.
   EXPECT_EQ(bytes, bus_bytes(CommKind::all_reduce, n * 4, t) + bus_bytes(CommKind::all_reduce, 2 * n * 4, t));
+
+  // Rows ld > rows floats apart (the LM head's padded block): the same bits, the gap never touched.
+  const int64_t ld = vs.rows + 5;
+  Vec strided(n * ld, -7.0f);
+  for (int64_t j = 0; j < n; ++j)
+    std::copy_n(logits_r.begin() + j * vs.rows, vs.rows, strided.begin() + j * ld);
+  Vec got_s(n), got_fb_s(n), dstrided = strided;
+  vp_cross_entropy_forward(tp, got_s.data(), strided.data(), targets.data(), vs, n, scratch, ld);
+  vp_cross_entropy_forward_backward(tp, dstrided.data(), got_fb_s.data(), targets.data(), vs, n, dloss,
+                                    scratch, ld);
+  EXPECT_EQ(got_s, got);
+  EXPECT_EQ(got_fb_s, got_fb);
+  for (int64_t j = 0; j < n; ++j) {
+    ASSERT_TRUE(std::equal(dlogits_r.begin() + j * vs.rows, dlogits_r.begin() + (j + 1) * vs.rows,
+                           dstrided.begin() + j * ld))
+        << "row " << j;
+    for (int64_t c = vs.rows; c < ld; ++c) ASSERT_EQ(dstrided[j * ld + c], -7.0f) << "gap of row " << j;
+  }
 }
 
 TEST(TensorParallel, VocabCrossEntropy) {

@@ -74,7 +74,7 @@ double rel_error(const float* a, const float* b, int n) {
 std::vector<float> forward_last(Stage& model, const std::vector<int>& window) {
   const int T = int(window.size()), V = model.config().vocab_size;
   model.forward(window.data(), nullptr, nullptr, 1, T, nullptr);
-  const float* last = model.logits() + size_t(T - 1) * V;
+  const float* last = model.logits().row(T - 1);
   return std::vector<float>(last, last + V);
 }
 

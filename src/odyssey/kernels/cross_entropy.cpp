@@ -30,11 +30,12 @@ float row_max(const float* x, int V) {
 
 }  // namespace
 
-void cross_entropy_forward(float* losses, const float* logits, const int* targets, int N, int V) {
+void cross_entropy_forward(float* losses, const float* logits, const int* targets, int N, int V, int64_t ld) {
   check_targets(targets, N, V);
+  const size_t row = ld > 0 ? size_t(ld) : size_t(V);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    const float* x = logits + static_cast<size_t>(n) * V;
+    const float* x = logits + static_cast<size_t>(n) * row;
     if (targets[n] < 0) {
       losses[n] = 0.0f;
       continue;
@@ -49,11 +50,12 @@ void cross_entropy_forward(float* losses, const float* logits, const int* target
 }
 
 void cross_entropy_forward_backward(float* logits_to_dlogits, float* losses, const int* targets, int N, int V,
-                                    float dloss) {
+                                    float dloss, int64_t ld) {
   check_targets(targets, N, V);
+  const size_t row = ld > 0 ? size_t(ld) : size_t(V);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    float* x = logits_to_dlogits + static_cast<size_t>(n) * V;
+    float* x = logits_to_dlogits + static_cast<size_t>(n) * row;
     const int t = targets[n];
     if (t < 0) {
       losses[n] = 0.0f;

@@ -39,8 +39,8 @@ dnnl::stream& cpu_stream() {
 }
 
 // The thread count is part of the key because oneDNN picks its blocking for the threads it was
-// created with (its own primitive cache keys on it too); so is B's row stride, which changes it too.
-using Key = std::tuple<int, int, int, bool, bool, bool, bool, int, int>;
+// created with (its own primitive cache keys on it too); so are the row strides, which change it too.
+using Key = std::tuple<int, int, int, bool, bool, bool, bool, int, int64_t, int64_t, int64_t>;
 
 // Padded B: rows of N + 16 floats (64 bytes more). Not a cache-aliasing fix (N = 2048 was fast
 // unpadded): a B whose rows are not dense makes oneDNN's sgemm take its packing path. Only where the copy is
@@ -81,18 +81,18 @@ struct Entry {
 
 // Row-major [rows, cols] stored either as is or transposed ([cols, rows] in memory), rows (or columns)
 // `ld` floats apart.
-memory::desc matrix_desc(int rows, int cols, bool transposed, int ld) {
+memory::desc matrix_desc(int rows, int cols, bool transposed, int64_t ld) {
   Dims strides = transposed ? Dims{1, ld} : Dims{ld, 1};
   return memory::desc(Dims{rows, cols}, memory::data_type::f32, strides);
 }
 
 Entry build(const Key& key) {
-  auto [M, N, K, trans_a, trans_b, accumulate, has_bias, threads, ldb] = key;
+  auto [M, N, K, trans_a, trans_b, accumulate, has_bias, threads, lda, ldb, ldc] = key;
   (void)threads;
   Entry e;
-  e.a = matrix_desc(M, K, trans_a, trans_a ? M : K);  // op(A) [M, K]
-  e.b = matrix_desc(K, N, trans_b, ldb);              // op(B) [K, N]
-  e.c = matrix_desc(M, N, false, N);
+  e.a = matrix_desc(M, K, trans_a, lda);  // op(A) [M, K]
+  e.b = matrix_desc(K, N, trans_b, ldb);  // op(B) [K, N]
+  e.c = matrix_desc(M, N, false, ldc);
   e.bias = memory::desc(Dims{1, N}, memory::data_type::f32, Dims{N, 1});
   dnnl::primitive_attr attr;
   if (accumulate) {
@@ -116,9 +116,9 @@ const Entry& cached(const Key& key) {
 }
 
 // K == 0: the product is empty, C = bias (+ C). oneDNN is not asked about empty reductions.
-void gemm_empty_k(float* C, const float* bias, int M, int N, bool accumulate) {
+void gemm_empty_k(float* C, int64_t ldc, const float* bias, int M, int N, bool accumulate) {
   for (int i = 0; i < M; ++i) {
-    float* c = C + static_cast<size_t>(i) * N;
+    float* c = C + static_cast<size_t>(i) * size_t(ldc);
     for (int j = 0; j < N; ++j) c[j] = (accumulate ? c[j] : 0.0f) + (bias ? bias[j] : 0.0f);
   }
 }
@@ -126,14 +126,17 @@ void gemm_empty_k(float* C, const float* bias, int M, int N, bool accumulate) {
 }  // namespace
 
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool trans_a,
-          bool trans_b, bool accumulate) {
+          bool trans_b, bool accumulate, GemmLd ld) {
   ODY_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
+  const int64_t lda = ld.a > 0 ? ld.a : (trans_a ? M : K), ldc = ld.c > 0 ? ld.c : N;
+  ODY_CHECK(lda >= (trans_a ? M : K) && ldc >= N,
+            "gemm: row strides lda={} ldc={} narrower than M={} N={} K={}", lda, ldc, M, N, K);
   if (M == 0 || N == 0) return;
-  if (K == 0) return gemm_empty_k(C, bias, M, N, accumulate);
+  if (K == 0) return gemm_empty_k(C, ldc, bias, M, N, accumulate);
   const bool pad = pads_b(M, N, K, trans_a, trans_b);
   const int ldb = pad ? N + kPadFloats : (trans_b ? K : N);
   if (pad) B = padded_copy(B, K, N, ldb);
-  Key key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, omp_get_max_threads(), ldb};
+  Key key{M, N, K, trans_a, trans_b, accumulate, bias != nullptr, omp_get_max_threads(), lda, ldb, ldc};
   try {
     const Entry& e = cached(key);
     auto& engine = cpu_engine();

@@ -9,14 +9,15 @@
 namespace odyssey {
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
-                    int OC) {
+                    int OC, int64_t ld_out) {
   // out [N, OC] = inp [N, C] @ weight^T [C, OC] + bias
-  gemm(out, inp, weight, bias, N, OC, C, false, true, false);
+  gemm(out, inp, weight, bias, N, OC, C, false, true, false, {.c = ld_out});
 }
 
 // dbias [OC] += column sums of dout [N, OC]. Threads own blocks of columns and walk all rows, so each
 // sum has one fixed order (deterministic, no atomics); the block is a row of independent lanes.
-void linear_backward_bias(float* dbias, const float* dout, int N, int OC) {
+void linear_backward_bias(float* dbias, const float* dout, int N, int OC, int64_t ld_out) {
+  const size_t ld = ld_out > 0 ? size_t(ld_out) : size_t(OC);
   constexpr int kBlock = 64;
   const int blocks = (OC + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -25,7 +26,7 @@ void linear_backward_bias(float* dbias, const float* dout, int N, int OC) {
     const int width = std::min(kBlock, OC - o0);
     double acc[kBlock] = {};  // double: a sum over every token of the step
     for (int n = 0; n < N; ++n) {
-      const float* row = dout + static_cast<size_t>(n) * OC + o0;
+      const float* row = dout + static_cast<size_t>(n) * ld + o0;
 #pragma omp simd
       for (int j = 0; j < width; ++j) acc[j] += row[j];
     }
@@ -33,12 +34,14 @@ void linear_backward_bias(float* dbias, const float* dout, int N, int OC) {
   }
 }
 
-void linear_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC) {
-  gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, true);
+void linear_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
+                           int64_t ld_out) {
+  gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, true, {.a = ld_out});
 }
 
-void linear_backward_weight(float* dweight, const float* dout, const float* inp, int N, int C, int OC) {
-  gemm(dweight, dout, inp, nullptr, OC, C, N, true, false, true);
+void linear_backward_weight(float* dweight, const float* dout, const float* inp, int N, int C, int OC,
+                            int64_t ld_out) {
+  gemm(dweight, dout, inp, nullptr, OC, C, N, true, false, true, {.a = ld_out});
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -98,9 +98,11 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
   return std::make_unique<Gpt2Activations>();
 }
 
-const float* GPT2::logits(const StageActivations& acts) const {
+Logits GPT2::logits(const StageActivations& acts) const {
   const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
-  return has_head() && a.head_chunk == a.B * a.T ? const_cast<Gpt2Activations&>(a).head_buffers() : nullptr;
+  if (!has_head() || a.head_chunk != a.B * a.T) return {};
+  return {const_cast<Gpt2Activations&>(a).head_buffers(),
+          logits_row_stride(vocab_->rows(config_.vocab_size))};
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,

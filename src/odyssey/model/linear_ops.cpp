@@ -24,21 +24,24 @@ void observed_gemm(const LinearCall& c, const char* kind, F&& f) {
 
 void observed_forward(const LinearCall& c, float* out, const float* inp, const float* weight,
                       const float* bias) {
-  observed_gemm(c, "gemm.fwd.", [&] { linear_forward(out, inp, weight, bias, int(c.n), c.in, c.out); });
+  observed_gemm(c, "gemm.fwd.",
+                [&] { linear_forward(out, inp, weight, bias, int(c.n), c.in, c.out, c.ld_out); });
 }
 
 void observed_backward_input(const LinearCall& c, float* dinp, const float* dout, const float* weight) {
-  observed_gemm(c, "gemm.dinp.", [&] { linear_backward_input(dinp, dout, weight, int(c.n), c.in, c.out); });
+  observed_gemm(c, "gemm.dinp.",
+                [&] { linear_backward_input(dinp, dout, weight, int(c.n), c.in, c.out, c.ld_out); });
 }
 
 void observed_backward_weight(const LinearCall& c, float* dweight, const float* dout, const float* inp) {
   observed_gemm(c, "gemm.dweight.",
-                [&] { linear_backward_weight(dweight, dout, inp, int(c.n), c.in, c.out); });
+                [&] { linear_backward_weight(dweight, dout, inp, int(c.n), c.in, c.out, c.ld_out); });
 }
 
 void observed_backward_bias(const LinearCall& c, float* dbias, const float* dout, int64_t rows) {
   if (!dbias) return;
-  observed(c.observer, "bias_grad.colsum", 0, [&] { linear_backward_bias(dbias, dout, int(rows), c.out); });
+  observed(c.observer, "bias_grad.colsum", 0,
+           [&] { linear_backward_bias(dbias, dout, int(rows), c.out, c.ld_out); });
 }
 
 void LocalLinears::column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,

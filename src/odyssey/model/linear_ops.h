@@ -64,6 +64,9 @@ struct LinearCall {
   int in = 0, out = 0;   // this rank's features
   const char* tag = "";  // names the ops for an observer: "gemm.fwd.<tag>", ...
   OpObserver* observer = nullptr;
+  // A column linear's y_r / dy_r rows are ld_out floats apart when wider than out (the LM head's padded
+  // logits block, model/lm_head.h); 0: out. Row linears' outputs are the residual stream: always dense.
+  int64_t ld_out = 0;
 };
 
 class LinearOps {

@@ -109,9 +109,11 @@ std::unique_ptr<StageActivations> Llama::make_activations() const {
   return std::make_unique<LlamaActivations>();
 }
 
-const float* Llama::logits(const StageActivations& acts) const {
+Logits Llama::logits(const StageActivations& acts) const {
   const LlamaActivations& a = static_cast<const LlamaActivations&>(acts);
-  return has_head() && a.head_chunk == a.B * a.T ? const_cast<LlamaActivations&>(a).head_buffers() : nullptr;
+  if (!has_head() || a.head_chunk != a.B * a.T) return {};
+  return {const_cast<LlamaActivations&>(a).head_buffers(),
+          logits_row_stride(vocab_->rows(config_.vocab_size))};
 }
 
 void Llama::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,

@@ -66,7 +66,7 @@ class Llama : public LayerStage {
                int T) override;
   double loss(StageActivations& acts, float dloss, int64_t* count) override;
   void backward(StageActivations& acts) override;
-  const float* logits(const StageActivations& acts) const override;
+  Logits logits(const StageActivations& acts) const override;
   std::unique_ptr<Decoder> make_decoder(int max_tokens) const override;
   using Stage::forward;
   using Stage::logits;

@@ -40,6 +40,9 @@ void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpOb
   if (train) a.norm.sums->reset(a.norm.sums->width());  // this loss's gradient only
   const int C = a.C;
   const int64_t R = linears.rows(a.N), G = a.N / R, Vr = vocab.rows(a.V);
+  const int64_t ld = a.block_ld > 0 ? a.block_ld : logits_row_stride(Vr);
+  ODY_CHECK(ld >= Vr, "LM head: logits rows {} floats apart, narrower than the {} vocabulary rows held", ld,
+            Vr);
   // Under TP-SP the gathered rows are rank q's rows [r0, r0 + m) of its slice, the tokens tp_sp_token
   // gives them.
   std::vector<int> targets(G > 1 ? size_t(a.chunk * G) : 0);
@@ -57,9 +60,9 @@ void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpOb
         targets[size_t(k)] = a.targets[tp_sp_token(a.N, int(G), int(k / m), r0 + k % m, a.layer_chunk)];
       t = targets.data(), loss = losses.data();
     }
-    const LinearCall call{n, C, int(Vr), "lm_head", o};
+    const LinearCall call{n, C, int(Vr), "lm_head", o, ld};
     linears.column_forward(a.block, x, a.w, nullptr, call);
-    vocab.cross_entropy(loss, a.block, t, n, a.V, train ? a.dloss : 0.0f, o);
+    vocab.cross_entropy(loss, a.block, ld, t, n, a.V, train ? a.dloss : 0.0f, o);
     if (G > 1)
       for (int64_t k = 0; k < n; ++k)
         a.losses[tp_sp_token(a.N, int(G), int(k / m), r0 + k % m, a.layer_chunk)] = losses[size_t(k)];

@@ -124,6 +124,14 @@ class StageActivations {
   virtual const float* input_grad() const = 0;
 };
 
+// The logits a forward kept: token i's row at data + i * stride, of this rank's vocabulary rows (V with
+// one rank); the LM head pads its rows (logits_row_stride, model/lm_head.h). data null: none kept.
+struct Logits {
+  const float* data = nullptr;
+  int64_t stride = 0;
+  const float* row(int64_t i) const { return data + size_t(i) * size_t(stride); }
+};
+
 class Stage {
  public:
   virtual ~Stage() = default;
@@ -178,8 +186,8 @@ class Stage {
   // without it, from acts.output_grad.
   virtual void backward(StageActivations& acts) = 0;
   // Logits [B*T, V] of the last forward (valid after forward and a loss without dloss, when the LM head
-  // ran as one chunk; null otherwise).
-  virtual const float* logits(const StageActivations& acts) const = 0;
+  // ran as one chunk; data null otherwise).
+  virtual Logits logits(const StageActivations& acts) const = 0;
 
   // Incremental inference over at most max_tokens tokens at a time (the KV cache); the whole model only.
   virtual std::unique_ptr<Decoder> make_decoder(int max_tokens) const = 0;
@@ -195,7 +203,7 @@ class Stage {
   double forward(const int* inputs, const int* targets, const int* positions, int B, int T, int64_t* count);
   double forward_backward(const int* inputs, const int* targets, const int* positions, int B, int T,
                           float dloss, int64_t* count);
-  const float* logits() const { return own_ ? logits(*own_) : nullptr; }
+  Logits logits() const { return own_ ? logits(*own_) : Logits{}; }
   size_t activation_bytes() const { return (own_ ? own_->bytes() : 0) + attention_bytes(); }
 
  private:

@@ -16,14 +16,14 @@ void LocalVocab::embedding_backward(float* dE, float* dP, const float* de, const
            [&] { odyssey::embedding_backward(dE, dP, de, ids, positions, int(n), C); });
 }
 
-void LocalVocab::cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V,
-                               float dloss, OpObserver* o) {
+void LocalVocab::cross_entropy(float* losses, float* logits, int64_t ld, const int* targets, int64_t n,
+                               int64_t V, float dloss, OpObserver* o) {
   if (dloss > 0)
     observed(o, "cross_entropy.fwd_bwd", 0,
-             [&] { cross_entropy_forward_backward(logits, losses, targets, int(n), int(V), dloss); });
+             [&] { cross_entropy_forward_backward(logits, losses, targets, int(n), int(V), dloss, ld); });
   else
     observed(o, "cross_entropy.fwd", 0,
-             [&] { cross_entropy_forward(losses, logits, targets, int(n), int(V)); });
+             [&] { cross_entropy_forward(losses, logits, targets, int(n), int(V), ld); });
 }
 
 VocabOps& local_vocab() {

@@ -33,10 +33,11 @@ class VocabOps {
   // of this rank's tokens (under TP-SP a partial sum over the tp group, which the step sums).
   virtual void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
                                   int64_t n, int C, int chunk, OpObserver* o) = 0;
-  // Cross-entropy of logits [n, rows(V)] against targets [n] (< 0: ignored, loss 0, gradient 0): losses
-  // [n], the same on every rank; with dloss > 0 the logits become dloss * (softmax - onehot).
-  virtual void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V,
-                             float dloss, OpObserver* o) = 0;
+  // Cross-entropy of logits [n, rows(V)] (rows ld >= rows(V) floats apart) against targets [n] (< 0:
+  // ignored, loss 0, gradient 0): losses [n], the same on every rank; with dloss > 0 the logits become
+  // dloss * (softmax - onehot).
+  virtual void cross_entropy(float* losses, float* logits, int64_t ld, const int* targets, int64_t n,
+                             int64_t V, float dloss, OpObserver* o) = 0;
 };
 
 // One rank: the whole vocabulary, the stage's kernels.
@@ -46,8 +47,8 @@ class LocalVocab : public VocabOps {
                          int64_t n, int C, int chunk, OpObserver* o) override;
   void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
                           int64_t n, int C, int chunk, OpObserver* o) override;
-  void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V, float dloss,
-                     OpObserver* o) override;
+  void cross_entropy(float* losses, float* logits, int64_t ld, const int* targets, int64_t n, int64_t V,
+                     float dloss, OpObserver* o) override;
 };
 
 // A process-wide LocalVocab (it holds no state).

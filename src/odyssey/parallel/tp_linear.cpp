@@ -115,6 +115,8 @@ void TensorParallelLinears::row_forward(float* y, const float* x_r, const float*
 
 InFlight TensorParallelLinears::row_forward_start(float* y, const float* x_r, const float* W_r,
                                                   const float* b, const LinearCall& c, int slot) {
+  ODY_CHECK(c.ld_out == 0, "row linear {}: its output is reduced dense (ld_out is for column linears)",
+            c.tag);
   RequestPtr pending;
   if (sequence_parallel_) {
     float* p = partial_[slot].at_least(size_t(c.n * c.out));
@@ -153,6 +155,8 @@ void TensorParallelLinears::row_backward_input(float* dx_r, float* dW_r, float* 
 void TensorParallelLinears::row_backward_split(float* dx_r, float* dW_r, float* db, const float* dy,
                                                const float* x_r, const float* W_r, const LinearCall& c,
                                                DeferredWeightGrads* later) {
+  ODY_CHECK(c.ld_out == 0,
+            "row linear {}: its output gradient is gathered dense (ld_out is for column linears)", c.tag);
   observed_backward_bias(c, db, dy, rows(c.n));  // this rank's rows, before the gather
   const float* dy_full = gathered(dy, c.n, c.out, c);
   observed_backward_input(c, dx_r, dy_full, W_r);

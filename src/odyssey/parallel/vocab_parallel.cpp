@@ -33,9 +33,9 @@ void masked_lookup(float* e, const int* ids, const float* E_r, const VocabShard&
 
 // The per-token statistics of the shard's real columns, after the group's max m is known:
 // stats [2n] = (sum over own real columns of exp(x - m), own target's x - m or 0).
-void shard_stats(float* stats, const float* logits_r, const int* targets, const float* m, const VocabShard& s,
-                 int64_t n) {
-  const int64_t R = s.rows, real = s.real;
+void shard_stats(float* stats, const float* logits_r, int64_t R, const int* targets, const float* m,
+                 const VocabShard& s, int64_t n) {
+  const int64_t real = s.real;
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const float* x = logits_r + j * R;
@@ -47,14 +47,15 @@ void shard_stats(float* stats, const float* logits_r, const int* targets, const 
   }
 }
 
-// Runs the two reductions and leaves m [n] (group max) and stats [2n] (group sums) in scratch.
-// Returns {m, stats}.
-std::pair<const float*, const float*> group_stats(Communicator& tp, const float* logits_r, const int* targets,
-                                                  const VocabShard& s, int64_t n, FloatBuffer& scratch) {
+// Runs the two reductions and leaves m [n] (group max) and stats [2n] (group sums) in scratch. R: the
+// logits' row stride. Returns {m, stats}.
+std::pair<const float*, const float*> group_stats(Communicator& tp, const float* logits_r, int64_t R,
+                                                  const int* targets, const VocabShard& s, int64_t n,
+                                                  FloatBuffer& scratch) {
   check_ids(targets, n, s.V, "cross-entropy target");
   float* m = scratch.at_least(size_t(3 * n));
   float* stats = m + n;
-  const int64_t R = s.rows, real = s.real;
+  const int64_t real = s.real;
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const float* x = logits_r + j * R;
@@ -64,7 +65,7 @@ std::pair<const float*, const float*> group_stats(Communicator& tp, const float*
     m[j] = mx;
   }
   if (tp.size() > 1) tp.all_reduce(m, size_t(n), DType::f32, ReduceOp::max);  // before any exp
-  shard_stats(stats, logits_r, targets, m, s, n);
+  shard_stats(stats, logits_r, R, targets, m, s, n);
   tp_all_reduce(tp, stats, 2 * n);
   return {m, stats};
 }
@@ -114,20 +115,20 @@ void vocab_embedding_backward(Communicator& tp, float* dE_r, const float* de, co
 }
 
 void vp_cross_entropy_forward(Communicator& tp, float* losses, const float* logits_r, const int* targets,
-                              const VocabShard& s, int64_t n, FloatBuffer& scratch) {
-  const auto [m, stats] = group_stats(tp, logits_r, targets, s, n, scratch);
+                              const VocabShard& s, int64_t n, FloatBuffer& scratch, int64_t ld) {
+  const auto [m, stats] = group_stats(tp, logits_r, ld > 0 ? ld : s.rows, targets, s, n, scratch);
   for (int64_t j = 0; j < n; ++j)  // -log p[t] = log(sum exp(x - m)) - (x[t] - m)
     losses[j] = targets[j] < 0 ? 0.0f : float(std::log(double(stats[j]))) - stats[n + j];
 }
 
 void vp_cross_entropy_forward_backward(Communicator& tp, float* logits_to_dlogits_r, float* losses,
                                        const int* targets, const VocabShard& s, int64_t n, float dloss,
-                                       FloatBuffer& scratch) {
-  const auto [m, stats] = group_stats(tp, logits_to_dlogits_r, targets, s, n, scratch);
-  const int64_t R = s.rows, real = s.real;
+                                       FloatBuffer& scratch, int64_t ld) {
+  const int64_t R = s.rows, real = s.real, stride = ld > 0 ? ld : R;
+  const auto [m, stats] = group_stats(tp, logits_to_dlogits_r, stride, targets, s, n, scratch);
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
-    float* x = logits_to_dlogits_r + j * R;
+    float* x = logits_to_dlogits_r + j * stride;
     if (targets[j] < 0) {
       losses[j] = 0.0f;
       std::fill_n(x, R, 0.0f);
@@ -188,16 +189,16 @@ void VocabParallelOps::embedding_backward(float* dE, float* dP, const float* de,
   });
 }
 
-void VocabParallelOps::cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V,
-                                     float dloss, OpObserver* o) {
+void VocabParallelOps::cross_entropy(float* losses, float* logits, int64_t ld, const int* targets, int64_t n,
+                                     int64_t V, float dloss, OpObserver* o) {
   ODY_CHECK(V == shard_.V, "vocab-parallel ops built for a vocabulary of {}, used with {}", shard_.V, V);
   if (dloss > 0)
     observed(o, "cross_entropy.fwd_bwd", 0, [&] {
-      vp_cross_entropy_forward_backward(tp_, logits, losses, targets, shard_, n, dloss, scratch_);
+      vp_cross_entropy_forward_backward(tp_, logits, losses, targets, shard_, n, dloss, scratch_, ld);
     });
   else
     observed(o, "cross_entropy.fwd", 0,
-             [&] { vp_cross_entropy_forward(tp_, losses, logits, targets, shard_, n, scratch_); });
+             [&] { vp_cross_entropy_forward(tp_, losses, logits, targets, shard_, n, scratch_, ld); });
 }
 
 }  // namespace odyssey

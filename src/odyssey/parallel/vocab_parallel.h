@@ -41,16 +41,16 @@ void vocab_embedding_forward(Communicator& tp, float* e, const int* ids, const f
 void vocab_embedding_backward(Communicator& tp, float* dE_r, const float* de, const int* ids,
                               const VocabShard& s, int64_t n, int C, bool slice_tokens, FloatBuffer& scratch);
 
-// Cross-entropy of logit column shards logits_r [n, rows] against targets [n] (global ids; < 0 is
-// ignored: loss 0, gradient 0). One MAX all-reduce of n floats, then one SUM of 2n (normaliser and
-// target logit packed). losses [n] are identical on every rank.
+// Cross-entropy of logit column shards logits_r [n, rows] (rows ld floats apart; 0: rows) against
+// targets [n] (global ids; < 0 is ignored: loss 0, gradient 0). One MAX all-reduce of n floats, then
+// one SUM of 2n (normaliser and target logit packed). losses [n] are identical on every rank.
 void vp_cross_entropy_forward(Communicator& tp, float* losses, const float* logits_r, const int* targets,
-                              const VocabShard& s, int64_t n, FloatBuffer& scratch);
+                              const VocabShard& s, int64_t n, FloatBuffer& scratch, int64_t ld = 0);
 // Forward, and logits_r overwritten with dloss * (softmax - onehot) over this rank's columns
 // (padding columns 0). dloss as cross_entropy_forward_backward's.
 void vp_cross_entropy_forward_backward(Communicator& tp, float* logits_to_dlogits_r, float* losses,
                                        const int* targets, const VocabShard& s, int64_t n, float dloss,
-                                       FloatBuffer& scratch);
+                                       FloatBuffer& scratch, int64_t ld = 0);
 
 // The stage's vocabulary seam (model/vocab_ops.h) over a tensor-parallel group: the ops above, with
 // GPT-2's learned positions added to (and their gradient taken from) the tokens this rank's residual
@@ -66,8 +66,8 @@ class VocabParallelOps : public VocabOps {
                          int64_t n, int C, int chunk, OpObserver* o) override;
   void embedding_backward(float* dE, float* dP, const float* de, const int* ids, const int* positions,
                           int64_t n, int C, int chunk, OpObserver* o) override;
-  void cross_entropy(float* losses, float* logits, const int* targets, int64_t n, int64_t V, float dloss,
-                     OpObserver* o) override;
+  void cross_entropy(float* losses, float* logits, int64_t ld, const int* targets, int64_t n, int64_t V,
+                     float dloss, OpObserver* o) override;
 
  private:
   // Under TP-SP with more than one chunk, the ids in the order the token slices are laid out (rank q's

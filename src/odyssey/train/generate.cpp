@@ -92,7 +92,7 @@ std::vector<int> generate_tokens(Stage& model, const std::vector<int>& prompt, c
     }
     const int T = int(tokens.size() - start);
     model.forward(tokens.data() + start, nullptr, nullptr, 1, T, nullptr);
-    return model.logits() + size_t(T - 1) * V;
+    return model.logits().row(T - 1);
   };
 
   for (int i = 0; i < o.max_tokens; ++i) {
