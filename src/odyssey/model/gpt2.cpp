@@ -62,10 +62,15 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   lnf_sums.reset(head ? int(2 * C) : 0);
 }
 
+// What the stage's own buffers hold now (their list at any shape: it visits every buffer at every one),
+// the blocks' scratch and the layers.
 size_t Gpt2Activations::bytes() const {
-  size_t total = encoded.bytes() + lnf_params.bytes() + head_own.bytes() + losses.bytes() + tokens.bytes() +
-                 targets.bytes() + positions.bytes() + dres.bytes() + scratch.bytes() + kept.bytes();
-  return total;
+  return held_bytes(*this,
+                    [](auto f) {
+                      for_each_own_buffer(ModelConfig{}, StageRange{}, 1, 1, MemoryOptions{}, TpSplit{}, 0,
+                                          f);
+                    }) +
+         scratch.bytes() + kept.bytes();
 }
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,

@@ -319,10 +319,11 @@ size_t layers_bytes_for(const ModelConfig& c, const StageRange& range, int B, in
 }
 
 // The stage buffers every architecture's activations A have, written once: f(&A::buffer, elements) for
-// each (allocate resizes them, bytes_for sums them). encoded (with the embeddings, unless kept on disk)
-// and dres [R, C]; with the head, losses [N] and the head's buffers (logits [chunk G, rows(V)] and the
-// final norm's chunk buffers) unless it borrows the scratch; tokens, targets, positions [N]. Each
-// architecture adds its own (final norm parameters, rope tables).
+// each (allocate resizes them, bytes_for sums them, bytes() sums what they hold: every buffer is visited
+// at every shape, with 0 elements when it holds none). encoded (with the embeddings, unless kept on
+// disk) and dres [R, C]; with the head, losses [N] and the head's buffers (logits [chunk G, rows(V)]
+// and the final norm's chunk buffers) unless it borrows the scratch; tokens, targets, positions [N].
+// Each architecture adds its own (final norm parameters, rope tables).
 template <typename A, typename LayerActs, typename F>
 void for_each_stage_buffer(const ModelConfig& c, const StageRange& range, int B, int T,
                            const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows, F&& f) {

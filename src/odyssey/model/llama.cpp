@@ -80,11 +80,15 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   fn_sums.reset(head ? int(C) : 0);
 }
 
+// What the stage's own buffers hold now (their list at any shape: it visits every buffer at every one),
+// the blocks' scratch and the layers.
 size_t LlamaActivations::bytes() const {
-  size_t total = rope_cos.bytes() + rope_sin.bytes() + encoded.bytes() + fn_weight.bytes() +
-                 head_own.bytes() + losses.bytes() + tokens.bytes() + targets.bytes() + positions.bytes() +
-                 dres.bytes() + scratch.bytes() + kept.bytes();
-  return total;
+  return held_bytes(*this,
+                    [](auto f) {
+                      for_each_own_buffer(ModelConfig{}, StageRange{}, 1, 1, MemoryOptions{}, TpSplit{}, 0,
+                                          f);
+                    }) +
+         scratch.bytes() + kept.bytes();
 }
 
 size_t LlamaActivations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
