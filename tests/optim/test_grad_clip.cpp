@@ -1,5 +1,6 @@
 // sum_of_squares: against a long-double sum, and the same bits for any thread count (its block
-// partials are added in block order); clip_scale as torch.nn.utils.clip_grad_norm_.
+// partials are added in block order) and after a longer call (its block sums' buffer is reused); clip_scale
+// as torch.nn.utils.clip_grad_norm_.
 #include "odyssey/optim/grad_clip.h"
 
 #include <gtest/gtest.h>
@@ -45,6 +46,17 @@ TEST(GradClip, SumOfSquaresSameBitsForAnyThreadCount) {
     EXPECT_EQ(sum_of_squares(x.data(), n), one) << t << " threads";
   }
   omp_set_num_threads(threads);
+}
+
+TEST(GradClip, SumOfSquaresAfterALongerCall) {
+  // The block sums' buffer is reused across calls: a call after a longer one adds its own blocks only.
+  const auto small = normal_floats((size_t(2) << 14) + 5, 11), big = normal_floats((size_t(9) << 14) + 3, 12);
+  long double ref = 0;
+  for (float v : small) ref += static_cast<long double>(v) * v;
+  const double first = sum_of_squares(small.data(), small.size());
+  EXPECT_NEAR(first, double(ref), 1e-13 * double(ref));
+  sum_of_squares(big.data(), big.size());
+  EXPECT_EQ(sum_of_squares(small.data(), small.size()), first);
 }
 
 TEST(GradClip, ClipScale) {

@@ -82,4 +82,14 @@ constexpr size_t element_bytes(AlignedBuffer<T> S::*) {
   return sizeof(T);
 }
 
+// The bytes s's buffers hold now, walking its class's one list of them: list(f) calls f(&S::buffer,
+// elements) for each buffer (the elements, what allocate sizes it to, are not used here). Keeps what
+// is held and what allocate sizes (the same list) from drifting apart.
+template <typename S, typename List>
+size_t held_bytes(const S& s, List&& list) {
+  size_t n = 0;
+  list([&](auto m, size_t) { n += (s.*m).bytes(); });
+  return n;
+}
+
 }  // namespace odyssey

@@ -28,44 +28,21 @@ void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, i
 void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
                                bool shared_qkv_, const MemoryOptions& memory, const TpSplit& split_,
                                int64_t vocab_rows, const QueryChunks& query_chunks_) {
-  const bool head = range_.head(c);
-  const int chunk = head ? lm_head_rows(int(split_.rows(B_ * T_)), memory.head_chunk_tokens) : 0;
-  kept.work_layer = -1;
-  if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
-      kept.allocated_for(memory) && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
-      split.sequence_parallel == split_.sequence_parallel && query_chunks == query_chunks_ &&
-      !kept.layers.empty())
-    return;
-  B = B_;
-  T = T_;
-  range = range_;
-  split = split_;
-  shared_qkv = shared_qkv_;
-  query_chunks = query_chunks_;
-  head_chunk = chunk;
-  layer_chunk = memory.chunk_tokens;
-  kept.policy = memory.checkpoint;
-  const size_t N = size_t(B) * T, C = c.d_model, R = size_t(split.rows(int64_t(N)));
-  const RowChunks rc = query_chunks.rows(int(R), layer_chunk, T);
-  kept.chunks = rc.count();
-  kept.layers.clear();
-  kept.layers.resize(size_t(range.layers()));
-  const LayerGroups groups = layer_groups(kept.policy, rc.chunk_rows(), query_chunks);
-  for (Gpt2LayerActs& l : kept.layers) l.allocate(c, B, T, !shared_qkv, groups.kept, split);
-  kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), dres);
-  kept.work = Gpt2LayerActs();
-  if (groups.has_work) kept.work.allocate(c, B, T, !shared_qkv, groups.work, split);
-  scratch.allocate(c, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
-  // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
-  for_each_own_buffer(c, range, B, T, memory, split, vocab_rows,
-                      [this](auto m, size_t n) { (this->*m).resize(n); });
-  lnf_sums.reset(head ? int(2 * C) : 0);
+  const bool sized =
+      allocate_stage(*this, c, range_, B_, T_, shared_qkv_, memory, split_, query_chunks_,
+                     [&](auto f) { for_each_own_buffer(c, range_, B_, T_, memory, split_, vocab_rows, f); });
+  if (sized) lnf_sums.reset(range.head(c) ? int(2 * c.d_model) : 0);
 }
 
+// What the stage's own buffers hold now (their list at any shape: it visits every buffer at every one),
+// the blocks' scratch and the layers.
 size_t Gpt2Activations::bytes() const {
-  size_t total = encoded.bytes() + lnf_params.bytes() + head_own.bytes() + losses.bytes() + tokens.bytes() +
-                 targets.bytes() + positions.bytes() + dres.bytes() + scratch.bytes() + kept.bytes();
-  return total;
+  return held_bytes(*this,
+                    [](auto f) {
+                      for_each_own_buffer(ModelConfig{}, StageRange{}, 1, 1, MemoryOptions{}, TpSplit{}, 0,
+                                          f);
+                    }) +
+         scratch.bytes() + kept.bytes();
 }
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,

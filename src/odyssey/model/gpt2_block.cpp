@@ -26,7 +26,8 @@ float* zeroed(FloatBuffer& b, size_t n) {
 }
 
 // The one place a layer's buffer sizes are written: calls f(&Gpt2LayerActs::buffer, floats) for each
-// buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them).
+// buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them). Every buffer
+// is visited at every shape (0 floats when it holds none), so bytes() walks this list for what is held.
 //
 // Under tensor parallelism a layer holds Rn = rows(N) residual-stream rows (all N, or the TP-SP slice)
 // and, for the projections' outputs, G = N / Rn token rows per residual row: the stored and cheap
@@ -55,7 +56,8 @@ void for_each_layer_buffer(const ModelConfig& c, int B, int T, bool keep_qkv, co
 }
 
 // The one place the scratch's sizes are written: calls f(&Gpt2BlockScratch::buffer, floats) for each
-// buffer allocate(c, B, T, shared_qkv, backward, chunk, tp, q) holds.
+// buffer allocate(c, B, T, shared_qkv, backward, chunk, tp, q) holds; every buffer at every shape (0
+// floats when it holds none), so bytes() walks this list for what is held.
 //
 // With query chunks, datty and dqkv hold one chunk (A = R rows) and dkv the dK, dV of every row in
 // the op's prefix layout (at least C wide: it carries the head's gradient). Key-outer (ring, hybrid):
@@ -87,12 +89,11 @@ void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, 
   attention.reset();  // saved for another shape
 }
 
+// What the buffers hold now (the list at any shape: it visits every buffer at every one), and what the
+// attention op saved for backward (sized by the op, not in the list).
 size_t Gpt2LayerActs::bytes() const {
-  size_t n = attention ? attention->bytes() : 0;
-  for (const FloatBuffer* b : {&ln1, &ln1_mean, &ln1_rstd, &qkv, &kv, &atty, &lse, &residual2, &ln2,
-                               &ln2_mean, &ln2_rstd, &fch, &fch_gelu, &residual3})
-    n += b->bytes();
-  return n;
+  return held_bytes(*this, [](auto f) { for_each_layer_buffer(ModelConfig{}, 1, 1, true, {}, {}, f); }) +
+         (attention ? attention->bytes() : 0);
 }
 
 size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
@@ -116,8 +117,8 @@ void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_
 }
 
 size_t Gpt2BlockScratch::bytes() const {
-  return qkv.bytes() + dln.bytes() + datty.bytes() + dqkv.bytes() + dkv.bytes() + dfch.bytes() +
-         dfch_gelu.bytes();
+  return held_bytes(*this,
+                    [](auto f) { for_each_scratch_buffer(ModelConfig{}, 1, 1, true, true, 0, {}, {}, f); });
 }
 
 size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,

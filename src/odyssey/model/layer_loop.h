@@ -319,10 +319,11 @@ size_t layers_bytes_for(const ModelConfig& c, const StageRange& range, int B, in
 }
 
 // The stage buffers every architecture's activations A have, written once: f(&A::buffer, elements) for
-// each (allocate resizes them, bytes_for sums them). encoded (with the embeddings, unless kept on disk)
-// and dres [R, C]; with the head, losses [N] and the head's buffers (logits [chunk G, rows(V)] and the
-// final norm's chunk buffers) unless it borrows the scratch; tokens, targets, positions [N]. Each
-// architecture adds its own (final norm parameters, rope tables).
+// each (allocate resizes them, bytes_for sums them, bytes() sums what they hold: every buffer is visited
+// at every shape, with 0 elements when it holds none). encoded (with the embeddings, unless kept on
+// disk) and dres [R, C]; with the head, losses [N] and the head's buffers (logits [chunk G, rows(V)]
+// and the final norm's chunk buffers) unless it borrows the scratch; tokens, targets, positions [N].
+// Each architecture adds its own (final norm parameters, rope tables).
 template <typename A, typename LayerActs, typename F>
 void for_each_stage_buffer(const ModelConfig& c, const StageRange& range, int B, int T,
                            const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows, F&& f) {
@@ -336,6 +337,40 @@ void for_each_stage_buffer(const ModelConfig& c, const StageRange& range, int B,
   f(&A::losses, head ? N : 0);
   f(&A::tokens, N), f(&A::targets, N), f(&A::positions, N);
   f(&A::dres, R * C);
+}
+
+// Sizes a stage's activations A for a micro-batch of B x T under `memory`, for every architecture
+// (their allocate): the layers as the policy keeps them, the blocks' scratch, and the stage's own buffers
+// through own(f), the architecture's list of them (for_each_stage_buffer and its extras). Returns false
+// when A was already sized for these arguments (only the working layer's mark is reset), true when it
+// was sized afresh (the architecture then resets its own state).
+template <typename A, typename OwnList>
+bool allocate_stage(A& a, const ModelConfig& c, const StageRange& range, int B, int T, bool shared_qkv,
+                    const MemoryOptions& memory, const TpSplit& split, const QueryChunks& query_chunks,
+                    OwnList&& own) {
+  const int chunk = range.head(c) ? lm_head_rows(int(split.rows(B * T)), memory.head_chunk_tokens) : 0;
+  a.kept.work_layer = -1;
+  if (a.B == B && a.T == T && a.range == range && a.shared_qkv == shared_qkv && a.head_chunk == chunk &&
+      a.kept.allocated_for(memory) && a.layer_chunk == memory.chunk_tokens && a.split.t == split.t &&
+      a.split.sequence_parallel == split.sequence_parallel && a.query_chunks == query_chunks &&
+      !a.kept.layers.empty())
+    return false;
+  a.B = B, a.T = T, a.range = range, a.split = split, a.shared_qkv = shared_qkv, a.head_chunk = chunk,
+  a.layer_chunk = memory.chunk_tokens, a.kept.policy = memory.checkpoint, a.query_chunks = query_chunks;
+  const size_t N = size_t(B) * T, C = size_t(c.d_model), R = size_t(split.rows(int64_t(N)));
+  const RowChunks rc = query_chunks.rows(int(R), a.layer_chunk, T);
+  a.kept.chunks = rc.count();
+  a.kept.layers.clear();
+  a.kept.layers.resize(size_t(range.layers()));
+  const LayerGroups groups = layer_groups(a.kept.policy, rc.chunk_rows(), query_chunks);
+  for (auto& l : a.kept.layers) l.allocate(c, B, T, !shared_qkv, groups.kept, split);
+  a.kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), a.dres);
+  a.kept.work = {};
+  if (groups.has_work) a.kept.work.allocate(c, B, T, !shared_qkv, groups.work, split);
+  a.scratch.allocate(c, B, T, shared_qkv, true, a.layer_chunk, split, query_chunks);
+  // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
+  own([&a](auto m, size_t n) { (a.*m).resize(n); });
+  return true;
 }
 
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.

@@ -41,7 +41,8 @@ LlamaShape LlamaShape::of(const ModelConfig& c, int B, int T, int chunk, const T
 namespace {
 
 // The one place a layer's buffer sizes are written: calls f(&LlamaLayerActs::buffer, floats) for each
-// buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them).
+// buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them). Every buffer
+// is visited at every shape (0 floats when it holds none), so bytes() walks this list for what is held.
 //
 // Under tensor parallelism a layer holds Rn = rows(N) residual-stream rows (all N, or the TP-SP
 // slice) and G = N / Rn token rows of the projections per residual row (see Gpt2LayerActs): the
@@ -71,7 +72,8 @@ void for_each_layer_buffer(const ModelConfig& c, int B, int T, bool keep_qkv, co
 }
 
 // The one place the scratch's sizes are written: calls f(&LlamaBlockScratch::buffer, floats) for each
-// buffer allocate(c, B, T, shared_qkv, backward, chunk, tp, q) holds.
+// buffer allocate(c, B, T, shared_qkv, backward, chunk, tp, q) holds; every buffer at every shape (0
+// floats when it holds none), so bytes() walks this list for what is held.
 //
 // Whole: datty, dqkv [N, ...] (key-outer: no dqkv, the gradient goes over the qkv). With query chunks,
 // datty and dqkv hold one chunk [R, ...] and dkv the dK, dV of every row in the op's prefix layout
@@ -101,12 +103,11 @@ void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv,
   attention.reset();
 }
 
+// What the buffers hold now (the list at any shape: it visits every buffer at every one), and what the
+// attention op saved for backward (sized by the op, not in the list).
 size_t LlamaLayerActs::bytes() const {
-  size_t n = attention ? attention->bytes() : 0;
-  for (const FloatBuffer* b :
-       {&an, &an_rstd, &qkv, &kv, &atty, &lse, &residual2, &bn, &bn_rstd, &gate_up, &h, &residual3})
-    n += b->bytes();
-  return n;
+  return held_bytes(*this, [](auto f) { for_each_layer_buffer(ModelConfig{}, 1, 1, true, {}, {}, f); }) +
+         (attention ? attention->bytes() : 0);
 }
 
 size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
@@ -130,8 +131,8 @@ void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared
 }
 
 size_t LlamaBlockScratch::bytes() const {
-  return qkv.bytes() + dnorm.bytes() + datty.bytes() + dqkv.bytes() + dkv.bytes() + dh.bytes() +
-         dgate_up.bytes();
+  return held_bytes(*this,
+                    [](auto f) { for_each_scratch_buffer(ModelConfig{}, 1, 1, true, true, 0, {}, {}, f); });
 }
 
 size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,

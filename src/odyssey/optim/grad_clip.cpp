@@ -11,7 +11,12 @@ namespace odyssey {
 double sum_of_squares(const float* x, size_t n) {
   constexpr size_t kBlock = size_t(1) << 14, kLanes = 8;
   const size_t blocks = (n + kBlock - 1) / kBlock;
-  std::vector<double> block_sums(blocks);
+  // The block sums, in a buffer reused across calls (it runs every step), grown but never shrunk. One
+  // per calling thread, so concurrent callers do not share it; the loop's threads write through the
+  // pointer (inside the parallel region the name would be each worker's own thread_local).
+  thread_local std::vector<double> reused;
+  if (reused.size() < blocks) reused.resize(blocks);
+  double* block_sums = reused.data();
 #pragma omp parallel for schedule(static)
   for (size_t b = 0; b < blocks; ++b) {
     const float* p = x + b * kBlock;
@@ -26,7 +31,7 @@ double sum_of_squares(const float* x, size_t n) {
     block_sums[b] = s;
   }
   double sum = 0.0;
-  for (double s : block_sums) sum += s;
+  for (size_t b = 0; b < blocks; ++b) sum += block_sums[b];
   return sum;
 }
 
