@@ -39,10 +39,7 @@ void shard_stats(float* stats, const float* logits_r, int64_t R, const int* targ
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     const float* x = logits_r + j * R;
-    double sum = 0.0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < real; ++v) sum += vexp(x[v] - m[j]);
-    stats[j] = float(sum);
+    stats[j] = float(sum_exp_shifted(x, real, m[j]));
     stats[n + j] = s.owns(targets[j]) ? x[targets[j] - s.lo] - m[j] : 0.0f;
   }
 }
