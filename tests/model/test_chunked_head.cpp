@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
+#include "../kernels/reference.h"
 #include "odyssey/core/error.h"
 #include "odyssey/model/gpt2.h"
 #include "odyssey/model/lm_head.h"
@@ -101,15 +101,9 @@ TEST(ChunkedHead, LogitsOnlyWhenOneChunkAndBackwardNeedsATrainingLoss) {
 // within rounding (loss relative 1e-6, gradients |Δ| / |g| <= 1e-5); the padding is never written.
 TEST(ChunkedHead, PaddedLogitsRowsMatchDenseRows) {
   constexpr int N = 24, C = 32, V = 50257;
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  auto random = [&](size_t n, float scale) {
-    std::vector<float> v(n);
-    for (float& f : v) f = scale * u(rng);
-    return v;
-  };
-  const std::vector<float> x = random(size_t(N) * C, 1.0f), w = random(size_t(V) * C, 0.2f),
-                           gamma = random(C, 1.0f), beta = random(C, 0.1f);
+  const std::vector<float> x = test::random_floats(size_t(N) * C, 1),
+                           w = test::random_floats(size_t(V) * C, 2, -0.2f, 0.2f),
+                           gamma = test::random_floats(C, 3), beta = test::random_floats(C, 4, -0.1f, 0.1f);
   std::vector<int> targets(N);
   for (int i = 0; i < N; ++i) targets[size_t(i)] = i == 5 ? -1 : (i * 7919 + 13) % V;
 

@@ -6,26 +6,20 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
+#include "../kernels/reference.h"
 #include "odyssey/kernels/linear.h"
 
 namespace odyssey {
 namespace {
 
-std::vector<float> random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& f : v) f = u(rng);
-  return v;
-}
+using test::random_floats;
 
 TEST(DeferredWeightGrads, StridedOutputGradientGivesTheImmediateBits) {
   const int n = 29, in = 19, out = 37, ld = out + 11;
-  const std::vector<float> dy = random(size_t(n) * out, 1), x = random(size_t(n) * in, 2),
-                           w0 = random(size_t(out) * in, 3);
+  const std::vector<float> dy = random_floats(size_t(n) * out, 1), x = random_floats(size_t(n) * in, 2),
+                           w0 = random_floats(size_t(out) * in, 3);
   std::vector<float> strided(size_t(n) * ld, 1e30f);  // the gap must never be read
   for (int r = 0; r < n; ++r) std::copy_n(dy.begin() + r * out, out, strided.begin() + r * ld);
 

@@ -34,15 +34,8 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   if (sized) lnf_sums.reset(range.head(c) ? int(2 * c.d_model) : 0);
 }
 
-// What the stage's own buffers hold now (their list at any shape: it visits every buffer at every one),
-// the blocks' scratch and the layers.
 size_t Gpt2Activations::bytes() const {
-  return held_bytes(*this,
-                    [](auto f) {
-                      for_each_own_buffer(ModelConfig{}, StageRange{}, 1, 1, MemoryOptions{}, TpSplit{}, 0,
-                                          f);
-                    }) +
-         scratch.bytes() + kept.bytes();
+  return stage_held_bytes(*this, [](auto&&... args) { for_each_own_buffer(args...); });
 }
 
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,

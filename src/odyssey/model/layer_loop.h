@@ -373,6 +373,16 @@ bool allocate_stage(A& a, const ModelConfig& c, const StageRange& range, int B, 
   return true;
 }
 
+// What a stage's activations A hold now: their own buffers, by own(config, range, B, T, memory, split,
+// vocab_rows, f) (the architecture's list, the one allocate uses; called at a fixed shape, as it visits
+// every buffer at every one), the blocks' scratch and the layers.
+template <typename A, typename OwnList>
+size_t stage_held_bytes(const A& a, OwnList&& own) {
+  return held_bytes(
+             a, [&](auto f) { own(ModelConfig{}, StageRange{}, 1, 1, MemoryOptions{}, TpSplit{}, 0, f); }) +
+         a.scratch.bytes() + a.kept.bytes();
+}
+
 // Runs layers [first, first + n) forward from input; layer i's input is the previous one's output.
 template <typename LayerActs, typename Fwd>
 void forward_layers(KeptLayers<LayerActs>& k, const float* input, int first, int n, LayerHooks& hooks,
