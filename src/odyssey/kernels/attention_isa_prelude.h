@@ -13,6 +13,10 @@
 #include <string_view>
 #include <utility>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_isa.h"

@@ -152,6 +152,19 @@ struct BlockwiseAttention {
     }
   }
 
+  // Prefetches part `part` of `parts` equal parts of floats [p, p + n) into L1: the forward's next key
+  // block, spread over the rows of the current block's softmax so that it arrives before the next
+  // block's products, which stalled on its loads (one head's K and V outgrow L2 from T = 4K at D = 64;
+  // forward +3-12% at T = 1K-4K on the AVX-512 path). No bits change.
+  static void prefetch_part(const float* p, int64_t n, int part, int parts) {
+    constexpr int64_t kLine = 64;
+    const int64_t total = n * int64_t{sizeof(float)};
+    const int64_t share = round_up(total, kLine * parts) / parts;
+    const int64_t end = std::min(total, (part + 1) * share);
+    const char* bytes = reinterpret_cast<const char*>(p);
+    for (int64_t off = part * share; off < end; off += kLine) __builtin_prefetch(bytes + off, 0, 3);
+  }
+
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
   };
@@ -226,8 +239,20 @@ struct BlockwiseAttention {
       abt(t.s, t.qs, Dp, c.kt + (kv * g.nkb + kb) * D * kBlockK, D, M);  // S [M, kBlockK]
       if (tile == Tile::masked) g.apply_mask(t.s, qb, kb, M);
 
+      // The next key block's K^T [D, kBlockK] and V [kBlockK, Dp], prefetched a share per score row.
+      const float* next_k = nullptr;
+      const float* next_v = nullptr;
+      if (kb + 1 < g.nkb) {
+        next_k = c.kt + (kv * g.nkb + kb + 1) * D * kBlockK;
+        next_v = c.vr + (kv * g.tk_pad + int64_t{kb + 1} * kBlockK) * Dp;
+      }
+
       // Online softmax: P = exp(S - m_new) in place of S; O and l rescaled by exp(m_old - m_new).
       for (int i = 0; i < M; ++i) {
+        if (next_k) {
+          prefetch_part(next_k, int64_t{D} * kBlockK, i, M);
+          prefetch_part(next_v, int64_t{kBlockK} * Dp, i, M);
+        }
         float* s = t.s + i * kBlockK;
         vf x[kKVecs];
         vf mx = splat(-kInf);

@@ -16,6 +16,10 @@
 #include <cstdint>
 #include <utility>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 // The vector types only live inside inlined helpers; their ABI never crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
@@ -24,7 +28,10 @@ namespace odyssey::attention_tiles {
 // vexp (kernels/vec_math.h) on the lanes of a GCC vector, for the kernels written on vector types (these
 // tiles and the reference kernel's): the same range reduction and polynomial, so the same bits lane by lane.
 // Ops supplies the vector types Ops::vf (floats) and Ops::vi (int32, as many lanes) and Ops::splat(float) ->
-// vf (each kernel broadcasts its own way). 0 below ~-87.3 and for -inf.
+// vf (each kernel broadcasts its own way), and may supply Ops::scale_pow2(p, n) = p * 2^n for integral n
+// (AVX-512's vscalefps: one instruction for the seven of the exponent-field version, and the same bits:
+// p * 2^n is exact but where it lands in the subnormals, and both round that once). 0 below ~-87.3 and
+// for -inf.
 template <class Ops>
 inline typename Ops::vf vexp_lanes(typename Ops::vf x) {
   using vf = typename Ops::vf;
@@ -44,11 +51,16 @@ inline typename Ops::vf vexp_lanes(typename Ops::vf x) {
   p = p * r + Ops::splat(0.5f);
   p = p * r + Ops::splat(1.0f);
   p = p * r + Ops::splat(1.0f);
-  vi ni = __builtin_convertvector(n, vi);
-  vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
-  vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
-  vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
-  vf y = p * scale_a * scale_b;
+  vf y;
+  if constexpr (requires { Ops::scale_pow2(p, n); }) {
+    y = Ops::scale_pow2(p, n);
+  } else {
+    vi ni = __builtin_convertvector(n, vi);
+    vi half = ni >> 1;  // 2^n as 2^half * 2^(n - half): n = 128 does not fit one exponent field
+    vf scale_a = reinterpret_cast<vf>((half + 127) << 23);
+    vf scale_b = reinterpret_cast<vf>((ni - half + 127) << 23);
+    y = p * scale_a * scale_b;
+  }
   return underflow ? Ops::splat(0.0f) : y;
 }
 
@@ -91,6 +103,16 @@ struct MicroTiles {
     return splat_lanes(x, std::make_index_sequence<kW>{});
   }
   static vf vmax(vf a, vf b) { return a > b ? a : b; }
+#ifdef __AVX512F__
+  // p * 2^n for vexp_lanes; only in the AVX-512 path's translation unit (attention_avx512.cpp).
+  static vf scale_pow2(vf p, vf n) requires(W == 16) {
+    // The masked form with every lane set: _mm512_scalef_ps's undefined pass-through trips g++ 12's
+    // -Wmaybe-uninitialized.
+    const __m512 pm = reinterpret_cast<__m512>(p);
+    return reinterpret_cast<vf>(
+        _mm512_mask_scalef_ps(pm, static_cast<__mmask16>(0xffff), pm, reinterpret_cast<__m512>(n)));
+  }
+#endif
   // Horizontal max and sum as log2(kW) halving steps: a serial lane-by-lane loop cost as much as the
   // tile products at 16 lanes (one max and one sum per score row and key block).
   static float hmax(vf v) {
@@ -118,7 +140,9 @@ struct MicroTiles {
   }
 
   // vexp (vec_math.h) on a vector: the same bits lane by lane.
-  static vf vexp(vf x) { return vexp_lanes<MicroTiles>(x); }
+  static vf vexp(vf x) {
+    return vexp_lanes<MicroTiles>(x);
+  }
 
   // C[kMR, NV*kW] (+)= op(A)[kMR, K] . B[K, NV*kW], B rows ldb apart. op(A)[r, k] is a[r * lda + k],
   // or a[k * lda + r] when TransA (P^T and dS^T are read from P and dS in place, never transposed).
