@@ -69,10 +69,7 @@ std::unique_ptr<StageActivations> GPT2::make_activations() const {
 }
 
 Logits GPT2::logits(const StageActivations& acts) const {
-  const Gpt2Activations& a = static_cast<const Gpt2Activations&>(acts);
-  if (!has_head() || a.head_chunk != a.B * a.T) return {};
-  return {const_cast<Gpt2Activations&>(a).head_buffers(),
-          logits_row_stride(vocab_->rows(config_.vocab_size))};
+  return kept_logits(static_cast<const Gpt2Activations&>(acts), has_head(), vocab_->rows(config_.vocab_size));
 }
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,

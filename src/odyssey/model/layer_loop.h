@@ -373,6 +373,14 @@ bool allocate_stage(A& a, const ModelConfig& c, const StageRange& range, int B, 
   return true;
 }
 
+// The logits a stage's activations A kept (Stage::logits): the head's block when it ran as one chunk
+// over the micro-batch, rows logits_row_stride(vocab_rows) apart; none otherwise.
+template <typename A>
+Logits kept_logits(const A& a, bool head, int64_t vocab_rows) {
+  if (!head || a.head_chunk != a.B * a.T) return {};
+  return {const_cast<A&>(a).head_buffers(), logits_row_stride(vocab_rows)};
+}
+
 // What a stage's activations A hold now: their own buffers, by own(config, range, B, T, memory, split,
 // vocab_rows, f) (the architecture's list, the one allocate uses; called at a fixed shape, as it visits
 // every buffer at every one), the blocks' scratch and the layers.

@@ -86,10 +86,8 @@ std::unique_ptr<StageActivations> Llama::make_activations() const {
 }
 
 Logits Llama::logits(const StageActivations& acts) const {
-  const LlamaActivations& a = static_cast<const LlamaActivations&>(acts);
-  if (!has_head() || a.head_chunk != a.B * a.T) return {};
-  return {const_cast<LlamaActivations&>(a).head_buffers(),
-          logits_row_stride(vocab_->rows(config_.vocab_size))};
+  return kept_logits(static_cast<const LlamaActivations&>(acts), has_head(),
+                     vocab_->rows(config_.vocab_size));
 }
 
 void Llama::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
