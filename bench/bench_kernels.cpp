@@ -139,7 +139,7 @@ int main(int argc, char** argv) {
   line("layernorm_backward", "8192x768", ln_bwd,
        4.0 * (4.0 * nc + 2.0 * rows));  // dout, x, dinp in; dinp out
   line("gelu_forward", "8192x3072", gelu_fwd, 4.0 * 2.0 * ng);
-  line("gelu_backward", "8192x3072", gelu_bwd, 4.0 * 4.0 * ng);  // inp, dout, dinp in; dinp out
+  line("gelu_backward", "8192x3072", gelu_bwd, 3.0 * 4.0 * ng);  // inp, dout in; dinp out
   line("cross_entropy_forward", "1024x50257", ce_fwd, 4.0 * nv);
   line("cross_entropy_forward_backward", "1024x50257", ce_fb, 4.0 * 2.0 * nv, true);  // logits in, grads out
   fmt::print("}}\n");

@@ -41,6 +41,10 @@ class AlignedBuffer {
     }
     data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{bytes});
   }
+  // Exactly n elements: reallocated (contents lost, zero-filled) when the size differs, kept otherwise.
+  void fit(size_t n) {
+    if (size_ != n) resize(n);
+  }
   // At least n elements (grown, contents lost, when smaller; kept otherwise): reused scratch.
   T* at_least(size_t n) {
     if (size_ < n) resize(n);
@@ -48,6 +52,11 @@ class AlignedBuffer {
   }
   void zero() {
     if (size_) std::memset(data_.get(), 0, size_ * sizeof(T));
+  }
+  // The first n elements (n <= size()) set to zero: a gradient scratch that a kernel accumulates into.
+  T* zero_front(size_t n) {
+    if (n) std::memset(data_.get(), 0, n * sizeof(T));
+    return data();
   }
 
   T* data() { return data_.get(); }

@@ -28,7 +28,7 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
     // d/dx [0.5 x (1 + t)] = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
     float dt = kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
     float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dt;
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
   }
 }
 

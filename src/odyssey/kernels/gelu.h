@@ -6,7 +6,7 @@
 namespace odyssey {
 
 void gelu_forward(float* out, const float* inp, size_t n);
-// Accumulates dinp += gelu'(inp) * dout.
+// dinp = gelu'(inp) * dout, overwritten (no zeroing pass before it; as swiglu_backward).
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 
 }  // namespace odyssey

@@ -15,16 +15,6 @@ namespace odyssey {
 
 namespace {
 
-void fit(FloatBuffer& b, size_t n) {
-  if (b.size() != n) b.resize(n);
-}
-
-// The first n floats of b, zeroed (b may be larger: buffers sized for a longer context).
-float* zeroed(FloatBuffer& b, size_t n) {
-  std::memset(b.data(), 0, n * sizeof(float));
-  return b.data();
-}
-
 // The one place a layer's buffer sizes are written: calls f(&Gpt2LayerActs::buffer, floats) for each
 // buffer allocate(c, B, T, keep_qkv, rows, tp) holds (allocate fits them, bytes_for sums them). Every buffer
 // is visited at every shape (0 floats when it holds none), so bytes() walks this list for what is held.
@@ -85,7 +75,7 @@ void for_each_scratch_buffer(const ModelConfig& c, int B, int T, bool shared_qkv
 void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                              const TpSplit& tp) {
   for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
-                        [this](FloatBuffer Gpt2LayerActs::*m, size_t n) { fit(this->*m, n); });
+                        [this](FloatBuffer Gpt2LayerActs::*m, size_t n) { (this->*m).fit(n); });
   attention.reset();  // saved for another shape
 }
 
@@ -113,7 +103,7 @@ void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
                                 const TpSplit& tp, const QueryChunks& q) {
   for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
-                          [this](FloatBuffer Gpt2BlockScratch::*m, size_t n) { fit(this->*m, n); });
+                          [this](FloatBuffer Gpt2BlockScratch::*m, size_t n) { (this->*m).fit(n); });
 }
 
 size_t Gpt2BlockScratch::bytes() const {
@@ -238,11 +228,11 @@ void mlp_chunk_backward_step(float* dres, float* datty, Gpt2LayerActs& a, const 
                [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
       observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
     }
-    float *dfch_gelu = nullptr, *dfch = nullptr;
-    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = zeroed(sc.dfch_gelu, gW4); });
+    float* dfch_gelu = nullptr;
+    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = sc.dfch_gelu.zero_front(gW4); });
     lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
                      {gn, p.W4, C, "fc_proj", o});
-    observed(o, "memset.act_grads", 0, [&] { dfch = zeroed(sc.dfch, gW4); });
+    float* dfch = sc.dfch.data();  // gelu_backward overwrites it
     observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
     observed(o, "memset.act_grads", 0, [&] { std::memset(dln, 0, nC * sizeof(float)); });
     f = lin.column_backward_start(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o}, p.slot(j));
@@ -354,7 +344,7 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, p.H, s.D());
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
+  observed(o, "memset.act_grads", 0, [&] { sc.dkv.zero_front(size_t(N) * size_t(layout.width())); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
   // Two steps per chunk (model/domino.h): everything up to the qkv backward's start, then its finish
   // and ln1's backward; under Domino the next chunk's backward runs while the reduction is in flight.
@@ -368,9 +358,9 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       if (re.attention || (out_local && j != last))
         attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
       float* datty = nullptr;
-      observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * p.W1); });
+      observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(n) * p.W1); });
       mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, p, j, s.C, o, re);
-      observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dqkv, size_t(n) * p.W3); });
+      observed(o, "memset.act_grads", 0, [&] { sc.dqkv.zero_front(size_t(n) * p.W3); });
       observed(o, "attention.bwd", 4.0 * p.H * double(n) * s.T * s.D(), [&] {
         attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv,
                                  kv, r, n, s.T, p.H, s.D());
@@ -427,7 +417,7 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
   float* datty = nullptr;
   float* dqkv = nullptr;
-  observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * p.W1); });
+  observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(N) * p.W1); });
   std::vector<InFlight> pending(size_t(p.rc.count()));
   chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
     mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * p.W1, a, x, w, g, lin, sc, p, j, k,

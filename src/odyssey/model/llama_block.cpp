@@ -14,19 +14,6 @@
 
 namespace odyssey {
 
-namespace {
-
-void fit(FloatBuffer& b, size_t n) {
-  if (b.size() != n) b.resize(n);
-}
-
-float* zeroed(FloatBuffer& b, size_t n) {
-  std::memset(b.data(), 0, n * sizeof(float));
-  return b.data();
-}
-
-}  // namespace
-
 LlamaShape LlamaShape::of(const ModelConfig& c, int B, int T, int chunk, const TpSplit& tp) {
   const int t = tp.t, H = c.n_head, K = c.kv_heads(), F = c.ffn_dim();
   ODY_CHECK(H % t == 0, "model.n_head = {} does not split over parallel.tp = {}", H, t);
@@ -99,7 +86,7 @@ void for_each_scratch_buffer(const ModelConfig& c, int B, int T, bool shared_qkv
 void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                               const TpSplit& tp) {
   for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
-                        [this](FloatBuffer LlamaLayerActs::*m, size_t n) { fit(this->*m, n); });
+                        [this](FloatBuffer LlamaLayerActs::*m, size_t n) { (this->*m).fit(n); });
   attention.reset();
 }
 
@@ -127,7 +114,7 @@ void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
 void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                  int chunk, const TpSplit& tp, const QueryChunks& q) {
   for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
-                          [this](FloatBuffer LlamaBlockScratch::*m, size_t n) { fit(this->*m, n); });
+                          [this](FloatBuffer LlamaBlockScratch::*m, size_t n) { (this->*m).fit(n); });
 }
 
 size_t LlamaBlockScratch::bytes() const {
@@ -253,7 +240,7 @@ void mlp_chunk_backward_step(float* dres, float* datty, LlamaLayerActs& a, const
     }
     float* dh = nullptr;
     float* dgate_up = sc.dgate_up.data();
-    observed(o, "memset.act_grads", 0, [&] { dh = zeroed(sc.dh, size_t(gn) * F); });
+    observed(o, "memset.act_grads", 0, [&] { dh = sc.dh.zero_front(size_t(gn) * F); });
     lin.row_backward(dh, g.down_w, nullptr, dr, h, w.down_w, {gn, F, C, "down", o});
     observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, gate_up, gn, F); });
     observed(o, "memset.act_grads", 0, [&] { std::memset(dnorm, 0, nC * sizeof(float)); });
@@ -369,7 +356,7 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, s.H, s.D);
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dkv, size_t(N) * size_t(layout.width())); });
+  observed(o, "memset.act_grads", 0, [&] { sc.dkv.zero_front(size_t(N) * size_t(layout.width())); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
   // Two steps per chunk (model/domino.h), as gpt2_block.cpp's chunked_backward.
   std::vector<InFlight> pending(size_t(p.rc.count()));
@@ -382,9 +369,9 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       if (re.attention || (out_local && j != last))
         attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
       float* datty = nullptr;
-      observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(n) * HD); });
+      observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(n) * HD); });
       mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, s, p, j, o, re);
-      observed(o, "memset.act_grads", 0, [&] { zeroed(sc.dqkv, size_t(n) * W); });
+      observed(o, "memset.act_grads", 0, [&] { sc.dqkv.zero_front(size_t(n) * W); });
       observed(o, "attention.bwd", 4.0 * s.H * double(n) * s.T * s.D, [&] {
         attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, HD), row_at(a.lse, r, N, s.H), qkv,
                                  kv, r, n, s.T, s.H, s.D);
@@ -438,7 +425,7 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
     observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
   float *datty = nullptr, *dqkv = nullptr;
-  observed(o, "memset.act_grads", 0, [&] { datty = zeroed(sc.datty, size_t(N) * HD); });
+  observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(N) * HD); });
   std::vector<InFlight> pending(size_t(p.rc.count()));
   chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
     mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * HD, a, x, w, g, lin, sc, s, p, j, k,
