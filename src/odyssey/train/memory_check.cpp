@@ -17,28 +17,31 @@ std::string size(uint64_t bytes) {
   return gib >= 1 ? fmt::format("{:.2f} GiB", gib) : fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
 }
 
+namespace {
+
+// What the ranks on this host need in all, and what they may use (0: unknown, nothing to check).
+uint64_t wanted_bytes(const HostMemoryNeed& need) {
+  return (need.activations_per_rank + need.state_per_rank) * uint64_t(need.ranks_on_host);
+}
+uint64_t limit_bytes(double budget_gb, uint64_t available_bytes) {
+  return budget_gb > 0 ? uint64_t(budget_gb * double(uint64_t{1} << 30)) : available_bytes;
+}
+
+}  // namespace
+
 bool fits_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes) {
-  const uint64_t ranks = uint64_t(need.ranks_on_host);
-  if (budget_gb > 0)
-    return (need.activations_per_rank + need.state_per_rank) * ranks <=
-           uint64_t(budget_gb * double(uint64_t{1} << 30));
-  return available_bytes == 0 || need.activations_per_rank * ranks <= available_bytes;
+  const uint64_t limit = limit_bytes(budget_gb, available_bytes);
+  return limit == 0 || wanted_bytes(need) <= limit;
 }
 
 void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes) {
   const uint64_t ranks = uint64_t(need.ranks_on_host);
-  const uint64_t activations = need.activations_per_rank * ranks;
-  uint64_t wanted = activations, limit = available_bytes;
-  std::string what;
-  if (budget_gb > 0) {
-    wanted += need.state_per_rank * ranks;
-    limit = uint64_t(budget_gb * double(uint64_t{1} << 30));
-    what = fmt::format("train.host_memory_gb = {}", budget_gb);
-  } else {
-    if (available_bytes == 0) return;  // unknown: nothing to check against
-    what = "available (MemAvailable in /proc/meminfo; train.host_memory_gb sets a budget instead)";
-  }
-  if (wanted <= limit) return;
+  const uint64_t wanted = wanted_bytes(need), limit = limit_bytes(budget_gb, available_bytes);
+  if (limit == 0 || wanted <= limit) return;
+  const std::string what =
+      budget_gb > 0 ? fmt::format("train.host_memory_gb = {}", budget_gb)
+                    : "available (MemAvailable in /proc/meminfo before the model state was allocated; "
+                      "train.host_memory_gb sets a budget instead)";
   fail(
       "train.seq_len {} x train.micro_batch {} does not fit on this host: {} rank(s) x {} of "
       "activations ({} tokens per rank, memory.checkpoint = {}){} = {}, but {} is {}. Use more "
@@ -47,9 +50,8 @@ void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t av
       "a smaller "
       "train.micro_batch",
       need.seq_len, need.micro_batch, ranks, size(need.activations_per_rank), need.tokens_per_rank,
-      need.checkpoint,
-      budget_gb > 0 ? fmt::format(" + {} of model state per rank", size(need.state_per_rank)) : "",
-      size(wanted), size(limit), what);
+      need.checkpoint, fmt::format(" + {} of model state per rank", size(need.state_per_rank)), size(wanted),
+      size(limit), what);
 }
 
 uint64_t offload_dir_free_bytes(const std::string& dir) {

@@ -31,9 +31,13 @@ std::string size(uint64_t bytes);
 // True when check_host_memory would pass.
 bool fits_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes);
 
-// budget_gb > 0: the job may use that much of each host in all (train.host_memory_gb), state included.
-// budget_gb == 0: the activations must fit in available_bytes (MemAvailable, read after the state was
-// allocated); available_bytes == 0 (unknown) skips the check. Throws odyssey::Error naming the keys.
+// The ranks' model state and activations must fit in train.host_memory_gb (budget_gb > 0) or, with no
+// budget, in available_bytes: MemAvailable read before the ranks allocated their model state. (Read
+// after it, it would not show most of the state: buffers of 64 MiB and more are mapped lazily and take
+// memory when the first step writes them, core/buffer.h. Counting activations alone against it
+// accepted GPT-2 124M at 32K tokens on 2 and 4 Ulysses ranks of a 23 GiB host, which the kernel's
+// out-of-memory killer then ended mid-step.) available_bytes == 0 (unknown) skips the check. Throws
+// odyssey::Error naming the keys.
 void check_host_memory(const HostMemoryNeed& need, double budget_gb, uint64_t available_bytes);
 
 // Free space of `dir` in bytes for an unprivileged writer; fails naming memory.offload_dir when the

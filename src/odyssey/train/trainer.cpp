@@ -588,10 +588,14 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const int host_threads = default_threads_per_rank(world);
   set_threads(tc.threads > 0 ? tc.threads : std::getenv("OMP_NUM_THREADS") ? 0 : host_threads);
 
+  // What this host has before any rank allocates its model state, which the memory check counts with
+  // the activations (train/memory_check.h): every rank reads it between the same two barriers.
+  world.barrier();
+  const uint64_t host_available = available_memory_bytes();
+  world.barrier();
   Run run(config, world);
   const bool root = run.root();
   const int T = run.seq_len();
-  const uint64_t host_available = available_memory_bytes();
   const HostMemoryNeed need = run.check_memory(host_available, dry_run);
   run.open_data();
   if (!dry_run) run.start_offload(need);
