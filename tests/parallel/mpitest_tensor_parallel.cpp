@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "odyssey/comm/bus_bytes.h"
@@ -69,7 +70,9 @@ void check_linear_pair(bool sp) {
             W2_r = cols_of(W2, C, O, r * Or, Or);
   const int64_t rows = sp ? n / t : n, row0 = sp ? r * rows : 0;
   const Vec x_in = rows_of(x, row0, rows, C), dy_in = rows_of(dy, row0, rows, C);
-  Vec h_r(n * Or), y_out(rows * C), dh_r(n * Or, 0.0f), dx_out(rows * C, 0.0f), dW1_r(Or * C, 0.0f),
+  // The linears' dx is overwritten: it starts as NaN.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Vec h_r(n * Or), y_out(rows * C), dh_r(n * Or, nan), dx_out(rows * C, nan), dW1_r(Or * C, 0.0f),
       db1_r(Or, 0.0f), dW2_r(C * Or, 0.0f), db2_out(C, 0.0f);
   TensorParallelLinears lin(tp, sp);
   const LinearCall c1{n, C, Or, "fc"}, c2{n, Or, C, "fc_proj"};
@@ -117,7 +120,7 @@ void check_linear_pair(bool sp) {
   // The zero-bubble split (model/deferred_weight_grads.h): dx and db now, bitwise the plain backward's;
   // the weight gradients untouched until the recorded GEMMs run, then bitwise too (the operands were
   // copied: under TP-SP the gathered dy and x share one scratch buffer).
-  Vec dh_s(n * Or, 0.0f), dx_s(rows * C, 0.0f), dW1_s(Or * C, 0.0f), db1_s(Or, 0.0f), dW2_s(C * Or, 0.0f),
+  Vec dh_s(n * Or, nan), dx_s(rows * C, nan), dW1_s(Or * C, 0.0f), db1_s(Or, 0.0f), dW2_s(C * Or, 0.0f),
       db2_s(C, 0.0f);
   DeferredWeightGrads later;
   lin.row_backward_input(dh_s.data(), dW2_s.data(), db2_s.data(), dy_in.data(), h_r.data(), W2_r.data(), c2,

@@ -36,7 +36,7 @@ void linear_backward_bias(float* dbias, const float* dout, int N, int OC, int64_
 
 void linear_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
                            int64_t ld_out) {
-  gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, true, {.a = ld_out});
+  gemm(dinp, dout, weight, nullptr, N, C, OC, false, false, false, {.a = ld_out});
 }
 
 void linear_backward_weight(float* dweight, const float* dout, const float* inp, int N, int C, int OC,

@@ -13,13 +13,15 @@ namespace odyssey {
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C,
                     int OC, int64_t ld_out = 0);
 
-// Accumulates: dinp [N, C] += dout W; dweight [OC, C] += dout^T inp; dbias [OC] += sum_n dout.
-// dinp or dbias may be null (not needed). Exactly the three calls below, in this order.
+// dinp [N, C] = dout W (overwritten: nothing else adds to an input gradient here, and a zeroing pass
+// before an accumulating GEMM costs a write of the buffer); dweight [OC, C] += dout^T inp and
+// dbias [OC] += sum_n dout accumulate (over micro-steps and chunks). dinp or dbias may be null (not
+// needed). Exactly the three calls below, in this order.
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
 
 // The pieces of linear_backward, for callers that time each one (the block's op observer).
-// dinp [N, C] += dout [N, OC] @ weight [OC, C]
+// dinp [N, C] = dout [N, OC] @ weight [OC, C]
 void linear_backward_input(float* dinp, const float* dout, const float* weight, int N, int C, int OC,
                            int64_t ld_out = 0);
 // dweight [OC, C] += dout^T [OC, N] @ inp [N, C]

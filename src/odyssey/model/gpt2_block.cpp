@@ -1,7 +1,6 @@
 #include "odyssey/model/gpt2_block.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "odyssey/core/error.h"
@@ -212,7 +211,7 @@ void mlp_chunk_backward_step(float* dres, float* datty, Gpt2LayerActs& a, const 
                              Gpt2BlockScratch& sc, const Split& p, int j, int step, InFlight& f, int C,
                              OpObserver* o, const Recompute& re) {
   const int R = p.rc.N, r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
-  const size_t gW4 = size_t(gn) * p.W4, nC = size_t(n) * C;
+  const size_t gW4 = size_t(gn) * p.W4;
   float* ln2 = row_at(a.ln2, r, R, C);
   float* fch = row_at(a.fch, r, R, size_t(p.G) * p.W4);
   float* fch_gelu = row_at(a.fch_gelu, r, R, size_t(p.G) * p.W4);
@@ -228,13 +227,11 @@ void mlp_chunk_backward_step(float* dres, float* datty, Gpt2LayerActs& a, const 
                [&] { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2_w, w.ln2_b, n, C); });
       observed(o, "gelu.fwd", 0, [&] { gelu_forward(fch_gelu, fch, gW4); });
     }
-    float* dfch_gelu = nullptr;
-    observed(o, "memset.act_grads", 0, [&] { dfch_gelu = sc.dfch_gelu.zero_front(gW4); });
+    float* dfch_gelu = sc.dfch_gelu.data();  // the linears' backwards overwrite their dx
     lin.row_backward(dfch_gelu, g.fc_proj_w, g.fc_proj_b, dr, fch_gelu, w.fc_proj_w,
                      {gn, p.W4, C, "fc_proj", o});
     float* dfch = sc.dfch.data();  // gelu_backward overwrites it
     observed(o, "gelu.bwd", 0, [&] { gelu_backward(dfch, fch, dfch_gelu, gW4); });
-    observed(o, "memset.act_grads", 0, [&] { std::memset(dln, 0, nC * sizeof(float)); });
     f = lin.column_backward_start(dln, g.fc_w, g.fc_b, dfch, ln2, w.fc_w, {gn, C, p.W4, "fc", o}, p.slot(j));
     return;
   }
@@ -274,7 +271,6 @@ void qkv_chunk_backward_step(float* dres, const float* dqkv, Gpt2LayerActs& a, c
       observed(o, "layernorm.fwd", 0, [&] {
         layernorm_forward(ln1, ln1_mean, ln1_rstd, x + size_t(r) * C, w.ln1_w, w.ln1_b, n, C);
       });
-    observed(o, "memset.act_grads", 0, [&] { std::memset(dln, 0, size_t(n) * C * sizeof(float)); });
     f = lin.column_backward_start(dln, g.qkv_w, g.qkv_b, dqkv, ln1, w.qkv_w, {n * p.G, C, p.W3, "qkv", o},
                                   p.slot(j));
     return;
@@ -357,8 +353,7 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, p, j, s.C, o);
       if (re.attention || (out_local && j != last))
         attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
-      float* datty = nullptr;
-      observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(n) * p.W1); });
+      float* datty = sc.datty.data();
       mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, p, j, s.C, o, re);
       observed(o, "memset.act_grads", 0, [&] { sc.dqkv.zero_front(size_t(n) * p.W3); });
       observed(o, "attention.bwd", 4.0 * p.H * double(n) * s.T * s.D(), [&] {
@@ -415,9 +410,8 @@ void gpt2_block_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gp
   if (re.attention)
     observed(o, "attention.fwd", 2.0 * s.B * p.H * double(s.T) * s.T * s.D(),
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, p.H, s.D(), a.attention); });
-  float* datty = nullptr;
+  float* datty = sc.datty.data();
   float* dqkv = nullptr;
-  observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(N) * p.W1); });
   std::vector<InFlight> pending(size_t(p.rc.count()));
   chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
     mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * p.W1, a, x, w, g, lin, sc, p, j, k,

@@ -84,14 +84,15 @@ class LinearOps {
   // y_r [n, out] = x_full W_r^T + b_r; x [rows(n), in]; W_r [out, in]; b_r [out] or null.
   virtual void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
                               const LinearCall& c) = 0;
-  // dx [rows(n), in] += d/dx; dW_r += dy_r^T x_full; db_r += column sums of dy_r (db_r may be null).
+  // dx [rows(n), in] = d/dx (overwritten); dW_r += dy_r^T x_full; db_r += column sums of dy_r (db_r may
+  // be null). The weight and bias gradients accumulate (micro-steps, chunks); dx never needs to.
   virtual void column_backward(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
                                const float* W_r, const LinearCall& c) = 0;
   // y [rows(n), out] = (sum over ranks of x_r W_r^T) + b; x_r [n, in]; W_r [out, in]; b [out] or null,
   // replicated, added once.
   virtual void row_forward(float* y, const float* x_r, const float* W_r, const float* b,
                            const LinearCall& c) = 0;
-  // dy [rows(n), out]. dx_r [n, in] += dy_full W_r; dW_r += dy_full^T x_r; db += column sums of the dy
+  // dy [rows(n), out]. dx_r [n, in] = dy_full W_r; dW_r += dy_full^T x_r; db += column sums of the dy
   // this rank holds (under TP-SP a partial sum over the tp group, which the step sums once).
   virtual void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,
                             const float* W_r, const LinearCall& c) = 0;

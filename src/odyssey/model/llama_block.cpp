@@ -1,7 +1,6 @@
 #include "odyssey/model/llama_block.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "odyssey/core/error.h"
@@ -223,7 +222,6 @@ void mlp_chunk_backward_step(float* dres, float* datty, LlamaLayerActs& a, const
                              InFlight& f, OpObserver* o, const Recompute& re) {
   const int R = p.rc.N, C = s.C, HD = s.H * s.D, F = s.F;
   const int r = p.rc.begin(j), n = p.rc.size(j), gn = n * p.G;
-  const size_t nC = size_t(n) * C;
   float* residual2 = row_at(a.residual2, r, R, C);
   float* bn = row_at(a.bn, r, R, C);
   float* bn_rstd = row_at(a.bn_rstd, r, R, 1);
@@ -238,12 +236,10 @@ void mlp_chunk_backward_step(float* dres, float* datty, LlamaLayerActs& a, const
                [&] { rmsnorm_forward(bn, bn_rstd, residual2, w.mlp_norm, n, C, s.eps); });
       observed(o, "swiglu.fwd", 0, [&] { swiglu_forward(h, gate_up, gn, F); });
     }
-    float* dh = nullptr;
+    float* dh = sc.dh.data();  // the linears' backwards overwrite their dx
     float* dgate_up = sc.dgate_up.data();
-    observed(o, "memset.act_grads", 0, [&] { dh = sc.dh.zero_front(size_t(gn) * F); });
     lin.row_backward(dh, g.down_w, nullptr, dr, h, w.down_w, {gn, F, C, "down", o});
     observed(o, "swiglu.bwd", 0, [&] { swiglu_backward(dgate_up, dh, gate_up, gn, F); });
-    observed(o, "memset.act_grads", 0, [&] { std::memset(dnorm, 0, nC * sizeof(float)); });
     f = lin.column_backward_start(dnorm, g.gate_up_w, nullptr, dgate_up, bn, w.gate_up_w,
                                   {gn, C, 2 * F, "gate_up", o}, p.slot(j));
     return;
@@ -288,7 +284,6 @@ void qkv_chunk_backward_step(float* dres, float* dq, LlamaLayerActs& a, const fl
     if (rerun_norm)
       observed(o, "rmsnorm.fwd", 0,
                [&] { rmsnorm_forward(an, an_rstd, x + size_t(r) * C, w.attn_norm, n, C, s.eps); });
-    observed(o, "memset.act_grads", 0, [&] { std::memset(dnorm, 0, size_t(n) * C * sizeof(float)); });
     f = lin.column_backward_start(dnorm, g.qkv_w, nullptr, dq, an, w.qkv_w, {gn, C, W, "qkv", o}, p.slot(j));
     return;
   }
@@ -368,8 +363,7 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       if (q_local && j != last) qkv_chunk_forward(a, qkv, x, w, lin, s, rope, p, j, o);
       if (re.attention || (out_local && j != last))
         attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
-      float* datty = nullptr;
-      observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(n) * HD); });
+      float* datty = sc.datty.data();
       mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, s, p, j, o, re);
       observed(o, "memset.act_grads", 0, [&] { sc.dqkv.zero_front(size_t(n) * W); });
       observed(o, "attention.bwd", 4.0 * s.H * double(n) * s.T * s.D, [&] {
@@ -424,8 +418,7 @@ void llama_block_backward(float* dres, LlamaLayerActs& a, const float* x, const 
   if (re.attention)
     observed(o, "attention.fwd", 2.0 * s.B * s.H * double(s.T) * s.T * s.D,
              [&] { attention.forward(a.atty.data(), a.lse.data(), qkv, s.B, s.T, s.H, s.D, a.attention); });
-  float *datty = nullptr, *dqkv = nullptr;
-  observed(o, "memset.act_grads", 0, [&] { datty = sc.datty.zero_front(size_t(N) * HD); });
+  float *datty = sc.datty.data(), *dqkv = nullptr;
   std::vector<InFlight> pending(size_t(p.rc.count()));
   chunk_pipeline(p.rc.count(), 2, p.interleave(), false, [&](int j, int k) {
     mlp_chunk_backward_step(dres, datty + size_t(p.rc.begin(j)) * p.G * HD, a, x, w, g, lin, sc, s, p, j, k,

@@ -67,7 +67,6 @@ void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpOb
       for (int64_t k = 0; k < n; ++k)
         a.losses[tp_sp_token(a.N, int(G), int(k / m), r0 + k % m, a.layer_chunk)] = losses[size_t(k)];
     if (!train) continue;
-    std::fill(f.dn, f.dn + size_t(m) * C, 0.0f);
     linears.column_backward(f.dn, a.dw, nullptr, a.block, x, a.w, call);
     norm_backward(a.dx + size_t(r0) * C, f, m, C, o);
   }

@@ -1,6 +1,5 @@
 #include "odyssey/parallel/tp_linear.h"
 
-#include <cstring>
 #include <functional>
 
 #include "odyssey/core/error.h"
@@ -11,13 +10,6 @@
 namespace odyssey {
 
 namespace {
-
-// Exactly n floats of b, zeroed.
-float* zeroed(FloatBuffer& b, int64_t n) {
-  float* p = b.at_least(size_t(n));
-  std::memset(p, 0, size_t(n) * sizeof(float));
-  return p;
-}
 
 // rows of y [rows, cols] += b [cols]
 void add_bias(float* y, const float* b, int64_t rows, int cols) {
@@ -43,8 +35,8 @@ class Pending : public LinearInFlight {
 }  // namespace
 
 size_t TensorParallelLinears::overlap_bytes_for(int64_t n, int width, const TpSplit& split) {
-  if (!split.overlap) return 0;
-  return size_t(n + (split.sequence_parallel ? split.rows(n) : 0)) * size_t(width) * sizeof(float);
+  if (!split.overlap || !split.sequence_parallel) return 0;  // plain TP reduces in the caller's buffers
+  return size_t(n) * size_t(width) * sizeof(float);
 }
 
 const float* TensorParallelLinears::gathered(const float* x, int64_t n, int X, const LinearCall& c) {
@@ -82,29 +74,27 @@ InFlight TensorParallelLinears::column_backward_split(float* dx, float* dW_r, fl
                                                       const float* x, const float* W_r, const LinearCall& c,
                                                       DeferredWeightGrads* later, int slot) {
   const float* x_full = gathered(x, c.n, c.in, c);
-  // dx_partial [n, in]: this rank's output features' share of dx, reduced over tp (plain: all-reduce
-  // to the full dx; TP-SP: reduce-scatter to this rank's slice) while the weight gradient is computed.
-  float* dxp = zeroed(partial_[slot], c.n * c.in);
+  // This rank's output features' share of dx [n, in], reduced over tp while the weight gradient is
+  // computed: plain, written into dx and all-reduced there; TP-SP, written into scratch and
+  // reduce-scattered into dx, this rank's token slice [rows(n), in].
+  const bool scatter = tp_.size() > 1 && sequence_parallel_;
+  float* dxp = scatter ? partial_[slot].at_least(size_t(c.n * c.in)) : dx;
   observed_backward_input(c, dxp, dy_r, W_r);
   const int64_t count = rows(c.n) * c.in;
-  float* reduced = dxp;
   RequestPtr pending;
-  if (tp_.size() > 1 && sequence_parallel_) {
-    reduced = reduced_[slot].at_least(size_t(count));
-    pending = overlap_ ? overlap_->reduce_scatter(dxp, reduced, size_t(count))
-                       : tp_.reduce_scatter_async(dxp, reduced, size_t(count), DType::f32);
-  } else if (tp_.size() > 1) {
-    pending = overlap_ ? overlap_->all_reduce(dxp, size_t(count))
-                       : tp_.all_reduce_async(dxp, size_t(count), DType::f32);
-  }
+  if (scatter)
+    pending = overlap_ ? overlap_->reduce_scatter(dxp, dx, size_t(count))
+                       : tp_.reduce_scatter_async(dxp, dx, size_t(count), DType::f32);
+  else if (tp_.size() > 1)
+    pending = overlap_ ? overlap_->all_reduce(dx, size_t(count))
+                       : tp_.all_reduce_async(dx, size_t(count), DType::f32);
   // (Recorded: x_full is copied, the gather's scratch being reused.)
   if (later)
     later->record(dW_r, dy_r, x_full, c);
   else
     observed_backward_weight(c, dW_r, dy_r, x_full);
   observed_backward_bias(c, db_r, dy_r, c.n);
-  return std::make_unique<Pending>(std::move(pending), c.observer,
-                                   [=] { accumulate(dx, reduced, size_t(count)); });
+  return std::make_unique<Pending>(std::move(pending), c.observer, [] {});
 }
 
 void TensorParallelLinears::row_forward(float* y, const float* x_r, const float* W_r, const float* b,

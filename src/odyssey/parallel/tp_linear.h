@@ -53,14 +53,12 @@ class TensorParallelLinears : public LinearOps {
   InFlight column_backward_start(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
                                  const float* W_r, const LinearCall& c, int slot) override;
 
-  // Scratch held between calls (the gathered input or output gradient, the partial sums, a
-  // reduce-scatter's result: n * max(in, out) floats each at most; Domino's second slot of the last two).
-  size_t bytes() const {
-    return full_.bytes() + partial_[0].bytes() + reduced_[0].bytes() + partial_[1].bytes() +
-           reduced_[1].bytes();
-  }
+  // Scratch held between calls (under TP-SP: the gathered input or output gradient, and the partial
+  // sums a reduce-scatter reads: n * max(in, out) floats each at most; Domino's second slot of the
+  // partial sums). Plain TP reduces in place in the caller's output or dx.
+  size_t bytes() const { return full_.bytes() + partial_[0].bytes() + partial_[1].bytes(); }
   // What Domino's second slot adds for calls of n tokens of the group at most `width` features wide:
-  // a partial sum [n, width] and, under TP-SP, a reduce-scatter's result [n / t, width].
+  // under TP-SP a partial sum [n, width]; plain TP, nothing.
   static size_t overlap_bytes_for(int64_t n, int width, const TpSplit& split);
 
  private:
@@ -76,7 +74,7 @@ class TensorParallelLinears : public LinearOps {
   Communicator& tp_;
   bool sequence_parallel_;
   CommThread* overlap_;
-  FloatBuffer full_, partial_[2], reduced_[2];
+  FloatBuffer full_, partial_[2];
 };
 
 }  // namespace odyssey
