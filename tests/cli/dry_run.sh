@@ -39,8 +39,8 @@ chunked=$(field activation_bytes_per_rank <<<"$out")
 
 # Domino at tp 2 (TP-SP, the one row's 256 tokens: 128 rows per rank in two halves of 64): the layers
 # as with memory.chunk_tokens = 64, plus its second reduction in flight (partial sums of a half's 128
-# tokens and their reduce-scatter's 64 rows, 48 wide) and a second half's d(norm) scratch (64 x 48):
-# (128 + 64 + 64) x 48 x 4 bytes.
+# tokens, 48 wide, which reduce-scatter straight into the half's d(norm) rows) and a second half's
+# d(norm) scratch (64 x 48): (128 + 64) x 48 x 4 bytes.
 tp2=(mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" --set parallel.tp=2
   --set memory.checkpoint=none --dry-run)
 halves=$("${tp2[@]}" --set memory.chunk_tokens=64 2>/dev/null | tail -1 | field activation_bytes_per_rank) ||
@@ -50,7 +50,7 @@ log=$("${tp2[@]}" --set parallel.tp_overlap=domino --set parallel.domino_split=t
 grep -q "tp_overlap = domino: each layer in two halves of 64 residual rows" <<<"$log" ||
   fail "domino dry run: no Domino line in $log"
 domino=$(grep '^{' <<<"$log" | tail -1 | field activation_bytes_per_rank)
-[ "$((domino - halves))" = $(((128 + 64 + 64) * 48 * 4)) ] && echo "ok: domino's dry run counts its second slot" ||
+[ "$((domino - halves))" = $(((128 + 64) * 48 * 4)) ] && echo "ok: domino's dry run counts its second slot" ||
   fail "domino dry run: activations $domino vs $halves without Domino"
 [ -e "$WORK/run" ] && fail "domino dry run wrote $WORK/run"
 

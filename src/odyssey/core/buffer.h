@@ -53,11 +53,6 @@ class AlignedBuffer {
   void zero() {
     if (size_) std::memset(data_.get(), 0, size_ * sizeof(T));
   }
-  // The first n elements (n <= size()) set to zero: a gradient scratch that a kernel accumulates into.
-  T* zero_front(size_t n) {
-    if (n) std::memset(data_.get(), 0, n * sizeof(T));
-    return data();
-  }
 
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }

@@ -340,7 +340,7 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, p.H, s.D());
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { sc.dkv.zero_front(size_t(N) * size_t(layout.width())); });
+  observed(o, "memset.act_grads", 0, [&] { fill_zero(sc.dkv.data(), size_t(N) * size_t(layout.width())); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
   // Two steps per chunk (model/domino.h): everything up to the qkv backward's start, then its finish
   // and ln1's backward; under Domino the next chunk's backward runs while the reduction is in flight.
@@ -355,7 +355,7 @@ void chunked_backward(float* dres, Gpt2LayerActs& a, const float* x, const Gpt2L
         attention_chunk_forward(a, qkv, kv, attention, p, s, j, o);
       float* datty = sc.datty.data();
       mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, p, j, s.C, o, re);
-      observed(o, "memset.act_grads", 0, [&] { sc.dqkv.zero_front(size_t(n) * p.W3); });
+      observed(o, "memset.act_grads", 0, [&] { fill_zero(sc.dqkv.data(), size_t(n) * p.W3); });
       observed(o, "attention.bwd", 4.0 * p.H * double(n) * s.T * s.D(), [&] {
         attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, p.W1), row_at(a.lse, r, N, p.H), qkv,
                                  kv, r, n, s.T, p.H, s.D());

@@ -351,7 +351,7 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
       store_kv(a.kv, qkv, p.rc.begin(j), p.rc.size(j), attention, layout, s.T, s.H, s.D);
     }
   const KvRows kv = kv_rows(a.qkv, a.kv, N, f, layout);
-  observed(o, "memset.act_grads", 0, [&] { sc.dkv.zero_front(size_t(N) * size_t(layout.width())); });
+  observed(o, "memset.act_grads", 0, [&] { fill_zero(sc.dkv.data(), size_t(N) * size_t(layout.width())); });
   const MutKvRows dkv = layout.view(sc.dkv.data());
   // Two steps per chunk (model/domino.h), as gpt2_block.cpp's chunked_backward.
   std::vector<InFlight> pending(size_t(p.rc.count()));
@@ -365,7 +365,7 @@ void chunked_backward(float* dres, LlamaLayerActs& a, const float* x, const Llam
         attention_chunk_forward(a, qkv, kv, attention, s, p, j, o);
       float* datty = sc.datty.data();
       mlp_chunk_backward(dres, datty, a, x, w, g, lin, sc, s, p, j, o, re);
-      observed(o, "memset.act_grads", 0, [&] { sc.dqkv.zero_front(size_t(n) * W); });
+      observed(o, "memset.act_grads", 0, [&] { fill_zero(sc.dqkv.data(), size_t(n) * W); });
       observed(o, "attention.bwd", 4.0 * s.H * double(n) * s.T * s.D, [&] {
         attention.backward_chunk(dqkv, dkv, datty, row_at(a.atty, r, N, HD), row_at(a.lse, r, N, s.H), qkv,
                                  kv, r, n, s.T, s.H, s.D);

@@ -11,8 +11,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "odyssey/kernels/elementwise.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/linear_ops.h"
 #include "odyssey/model/row_chunks.h"
@@ -56,7 +56,7 @@ inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int
 // reads it first and writes over it: AttentionOp::backward_in_place).
 inline float* qkv_grad(float* qkv, FloatBuffer& dqkv, size_t n, const QueryChunks& q, const AttentionOp& op) {
   float* d = q.key_outer ? qkv : dqkv.data();
-  if (!q.key_outer || op.saves_qkv()) std::memset(d, 0, n * sizeof(float));
+  if (!q.key_outer || op.saves_qkv()) fill_zero(d, n);
   return d;
 }
 
