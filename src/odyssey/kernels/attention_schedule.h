@@ -152,7 +152,7 @@ struct BlockwiseAttention {
     }
   }
 
-  // The cache line at p into L1. On x86 an asm statement: g++ 12 deleted prefetch_part's loop of
+  // The cache line at p into L1. On x86 an asm statement: g++ 12 deleted a loop of
   // __builtin_prefetch (or _mm_prefetch) calls as code without effect, and the built kernels held no
   // prefetch instruction at all.
   static void prefetch_line(const char* p) {
@@ -163,17 +163,25 @@ struct BlockwiseAttention {
 #endif
   }
 
-  // Prefetches part `part` of `parts` equal parts of floats [p, p + n) into L1: the forward's next key
-  // block, spread over the rows of the current block's softmax so that it arrives before the next
-  // block's products load it (one head's K and V outgrow L2 from T = 4K at D = 64). No bits change.
-  static void prefetch_part(const float* p, int64_t n, int part, int parts) {
-    constexpr int64_t kLine = 64;
-    const int64_t total = n * int64_t{sizeof(float)};
-    const int64_t share = round_up(total, kLine * parts) / parts;
-    const int64_t end = std::min(total, (part + 1) * share);
-    const char* bytes = reinterpret_cast<const char*>(p);
-    for (int64_t off = part * share; off < end; off += kLine) prefetch_line(bytes + off);
-  }
+  // Floats [p, p + n) prefetched into L1 in `parts` equal shares of cache lines, share i by part(i): the
+  // forward's next key block, spread over the rows of the current block's softmax so that it arrives
+  // before the next block's products load it (one head's K and V outgrow L2 from T = 4K at D = 64). The
+  // shares are computed once per block, not per row. No bits change.
+  struct SpreadPrefetch {
+    static constexpr int64_t kLine = 64;
+    const char* bytes = nullptr;  // null: nothing to prefetch
+    int64_t total = 0, share = 0;
+    SpreadPrefetch() = default;
+    SpreadPrefetch(const float* p, int64_t n, int parts)
+        : bytes(reinterpret_cast<const char*>(p)),
+          total(n * int64_t{sizeof(float)}),
+          share(round_up(total, kLine * parts) / parts) {}
+    void part(int i) const {
+      if (!bytes) return;
+      const int64_t end = std::min(total, (i + 1) * share);
+      for (int64_t off = i * share; off < end; off += kLine) prefetch_line(bytes + off);
+    }
+  };
 
   struct FreeDeleter {
     void operator()(float* p) const { std::free(p); }
@@ -250,19 +258,16 @@ struct BlockwiseAttention {
       if (tile == Tile::masked) g.apply_mask(t.s, qb, kb, M);
 
       // The next key block's K^T [D, kBlockK] and V [kBlockK, Dp], prefetched a share per score row.
-      const float* next_k = nullptr;
-      const float* next_v = nullptr;
+      SpreadPrefetch next_k, next_v;
       if (kb + 1 < g.nkb) {
-        next_k = c.kt + (kv * g.nkb + kb + 1) * D * kBlockK;
-        next_v = c.vr + (kv * g.tk_pad + int64_t{kb + 1} * kBlockK) * Dp;
+        next_k = {c.kt + (kv * g.nkb + kb + 1) * D * kBlockK, int64_t{D} * kBlockK, M};
+        next_v = {c.vr + (kv * g.tk_pad + int64_t{kb + 1} * kBlockK) * Dp, int64_t{kBlockK} * Dp, M};
       }
 
       // Online softmax: P = exp(S - m_new) in place of S; O and l rescaled by exp(m_old - m_new).
       for (int i = 0; i < M; ++i) {
-        if (next_k) {
-          prefetch_part(next_k, int64_t{D} * kBlockK, i, M);
-          prefetch_part(next_v, int64_t{kBlockK} * Dp, i, M);
-        }
+        next_k.part(i);
+        next_v.part(i);
         float* s = t.s + i * kBlockK;
         vf x[kKVecs];
         vf mx = splat(-kInf);
