@@ -1,4 +1,4 @@
-// Residual add, gradient accumulation and zeroing: exact in float, so compared bitwise, at a size small
+// Residual add and gradient accumulation: exact in float, so compared bitwise, at a size small
 // enough to run single-threaded and one large enough to take the threaded path.
 #include "odyssey/kernels/elementwise.h"
 
@@ -30,17 +30,6 @@ TEST(Elementwise, AddInPlace) {
   for (size_t i = 0; i < a.size(); ++i) expected[i] += b[i];
   add_forward(a.data(), a.data(), b.data(), a.size());
   EXPECT_EQ(a, expected);
-}
-
-// Exactly [0, n) zeroed, a partial last block included, nothing past it touched.
-TEST(Elementwise, FillZero) {
-  for (size_t n : {size_t{0}, size_t{1000}, size_t{(1 << 14) * 5 + 37}, size_t{300007}}) {
-    auto x = random_floats(n + 16, 5);
-    const auto before = x;
-    fill_zero(x.data(), n);
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(x[i], 0.0f) << i;
-    for (size_t i = n; i < x.size(); ++i) ASSERT_EQ(x[i], before[i]) << i;
-  }
 }
 
 }  // namespace

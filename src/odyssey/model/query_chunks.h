@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "odyssey/kernels/elementwise.h"
+#include "odyssey/core/buffer.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/linear_ops.h"
 #include "odyssey/model/row_chunks.h"

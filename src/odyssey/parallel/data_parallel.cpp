@@ -2,7 +2,6 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
-#include "odyssey/kernels/elementwise.h"
 
 namespace odyssey {
 
@@ -67,7 +66,7 @@ void GradSync::track(int64_t delta) {
 
 void GradSync::zero_grad() {
   ODY_CHECK(in_flight_.empty(), "gradient sync: zero_grad with reductions in flight");
-  fill_zero(full_.data(), full_.size());
+  full_.zero();
   shard_written_ = false;
 }
 
