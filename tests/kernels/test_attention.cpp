@@ -10,6 +10,7 @@
 #include "odyssey/kernels/attention.h"
 
 #include "odyssey/kernels/attention_reference.h"
+#include "odyssey/kernels/attention_workspace.h"
 #include "odyssey/kernels/cpu_info.h"
 
 #include <gtest/gtest.h>
@@ -527,6 +528,43 @@ TEST(Attention, DeterministicAcrossSchedulesAndThreads) {
     ASSERT_EQ(results[i].size(), results[0].size());
     // memcmp, not ==: the NaN padding must match too (it must be untouched).
     EXPECT_EQ(std::memcmp(results[i].data(), results[0].data(), results[0].size() * sizeof(float)), 0) << i;
+  }
+}
+
+// The kernel's scratch is the calling thread's workspace, kept between calls (attention_workspace.h).
+// A call must not read what the previous call left there: after a larger call on NaN inputs has
+// filled the workspace (packed inputs and every thread's tiles, both schedules) with NaN, a call gives
+// the same bits as on a freshly released, zeroed workspace.
+TEST(Attention, WorkspaceLeftoversDoNotChangeResults) {
+  const AttentionDims small{2, 77, 77, 6, 3, 40}, large{2, 300, 300, 8, 8, 64};
+  const AttentionMask causal{MaskKind::causal, 0, 0}, none{MaskKind::none, 0, 0};
+  for (const char* s : {"fused", "split"}) {
+    SCOPED_TRACE(s);
+    ScheduleScope scope(s);
+    auto run_small = [&](const AttentionMask& m) {
+      Problem p = make_problem(small, m);
+      forward(p);
+      backward(p);
+      p.storage.insert(p.storage.end(), p.lse.begin(), p.lse.end());
+      return p.storage;
+    };
+    for (const AttentionMask& m : {causal, none}) {
+      attention_workspace_release();
+      ASSERT_EQ(attention_workspace_bytes(), 0u);
+      const std::vector<float> fresh = run_small(m);
+      EXPECT_GT(attention_workspace_bytes(), 0u);  // kept for the next call
+
+      for (const char* poison_schedule : {"fused", "split"}) {
+        ScheduleScope poison_scope(poison_schedule);
+        Problem poison = make_problem(large, none);
+        std::fill(poison.storage.begin(), poison.storage.end(), std::nanf(""));
+        forward(poison);
+        backward(poison);
+      }
+      const std::vector<float> reused = run_small(m);
+      ASSERT_EQ(reused.size(), fresh.size());
+      EXPECT_EQ(std::memcmp(reused.data(), fresh.data(), fresh.size() * sizeof(float)), 0);
+    }
   }
 }
 

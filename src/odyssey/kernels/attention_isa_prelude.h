@@ -20,3 +20,4 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_isa.h"
+#include "odyssey/kernels/attention_workspace.h"

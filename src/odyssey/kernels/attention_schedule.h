@@ -35,6 +35,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
+#include "odyssey/kernels/attention_workspace.h"
 
 // The vector types only live inside inlined helpers; their ABI never crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -183,17 +184,34 @@ struct BlockwiseAttention {
     }
   };
 
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+  // A call's scratch is carved from the calling thread's workspace (attention_workspace.h), kept
+  // between calls: a layout reserves regions of n floats, each 64-byte aligned, then the call takes the
+  // workspace once. Every region is fully written before it is read (it holds the previous call's data).
+  struct Layout {
+    int64_t floats = 0;
+    int64_t add(int64_t n) {  // the region's offset
+      const int64_t at = floats;
+      floats += round_up(std::max<int64_t>(n, 1), 16);
+      return at;
+    }
+    // One region of n floats per OpenMP thread; thread_region gives the calling thread's.
+    int64_t add_per_thread(int64_t n) {
+      per_thread = round_up(std::max<int64_t>(n, 1), 16);
+      return add(per_thread * omp_get_max_threads());
+    }
+    int64_t per_thread = 0;
   };
-  using Scratch = std::unique_ptr<float[], FreeDeleter>;
-  // Uninitialised, 64-byte aligned: every scratch buffer is fully written before it is read.
-  static Scratch scratch(int64_t n) {
-    size_t bytes = static_cast<size_t>(round_up(std::max<int64_t>(n, 1) * int64_t{sizeof(float)}, 64));
-    auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!p) throw std::bad_alloc();
-    return Scratch(p);
-  }
+  struct Workspace {
+    float* base;
+    explicit Workspace(const Layout& layout) : base(attention_workspace(layout.floats)) {}
+    ~Workspace() { attention_workspace_done(); }
+    Workspace(const Workspace&) = delete;
+    Workspace& operator=(const Workspace&) = delete;
+    float* at(int64_t offset) const { return base + offset; }
+    float* thread_region(const Layout& layout, int64_t offset) const {
+      return base + offset + layout.per_thread * omp_get_thread_num();
+    }
+  };
 
   static void check_dims(const AttentionDims& d) {
     ODY_CHECK(d.B >= 0 && d.Tq >= 0 && d.Tk >= 0, "attention: negative size (B={}, Tq={}, Tk={})", d.B, d.Tq,
@@ -216,12 +234,12 @@ struct BlockwiseAttention {
     const float* vr;  // [B, Hkv][tk_pad][Dp]
   };
 
-  // Per-thread tiles for the forward.
+  // Per-thread tiles for the forward, carved from `buf` (floats(Dp) of them).
   struct ForwardTiles {
-    Scratch buf;
     float *qs, *s, *o, *m, *l;
-    explicit ForwardTiles(int Dp) : buf(scratch(int64_t{kBlockQ} * (2 * Dp + kBlockK + 2))) {
-      qs = buf.get();
+    static int64_t floats(int Dp) { return int64_t{kBlockQ} * (2 * Dp + kBlockK + 2); }
+    ForwardTiles(float* buf, int Dp) {
+      qs = buf;
       o = qs + kBlockQ * Dp;
       s = o + kBlockQ * Dp;
       m = s + kBlockQ * kBlockK;
@@ -333,13 +351,13 @@ struct BlockwiseAttention {
     int64_t kv_at(int b, int hkv) const { return int64_t{b} * g.dims.Hkv + hkv; }
   };
 
-  // Per-thread tiles for the backward: P and dS [kBlockQ, kBlockK], dK/dV accumulators [kBlockK, Dp].
+  // Per-thread tiles for the backward: P and dS [kBlockQ, kBlockK], dK/dV accumulators [kBlockK, Dp],
+  // carved from `buf` (floats(Dp) of them).
   struct BackwardTiles {
-    Scratch buf;
     float *p, *ds, *dk, *dv;
-    explicit BackwardTiles(int Dp)
-        : buf(scratch(2 * int64_t{kBlockQ} * kBlockK + 2 * int64_t{kBlockK} * Dp)) {
-      p = buf.get();
+    static int64_t floats(int Dp) { return 2 * int64_t{kBlockQ} * kBlockK + 2 * int64_t{kBlockK} * Dp; }
+    BackwardTiles(float* buf, int Dp) {
+      p = buf;
       ds = p + kBlockQ * kBlockK;
       dk = ds + kBlockQ * kBlockK;
       dv = dk + kBlockK * Dp;
@@ -437,21 +455,25 @@ struct BlockwiseAttention {
     const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
     if (B == 0 || dims.Tq == 0) return;
 
-    // K transposed and V padded, once per (b, kv head), shared by every query block that reads them.
-    Scratch kt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
-    Scratch vr = scratch(int64_t{B} * Hkv * g.tk_pad * Dp);
+    // K transposed and V padded, once per (b, kv head), shared by every query block that reads them;
+    // then each thread's tiles.
+    Layout layout;
+    const int64_t kt_at = layout.add(int64_t{B} * Hkv * g.tk_pad * D);
+    const int64_t vr_at = layout.add(int64_t{B} * Hkv * g.tk_pad * Dp);
+    const int64_t tiles_at = layout.add_per_thread(ForwardTiles::floats(Dp));
+    const Workspace ws(layout);
+    float *kt = ws.at(kt_at), *vr = ws.at(vr_at);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * Hkv; ++bh) {
-      pack_transposed(kt.get() + int64_t{bh} * g.tk_pad * D, k, bh / Hkv, bh % Hkv, dims.Tk, g.nkb, D);
-      pack_rows(vr.get() + int64_t{bh} * g.tk_pad * Dp, v, bh / Hkv, bh % Hkv, dims.Tk, g.tk_pad, D, Dp,
-                1.0f);
+      pack_transposed(kt + int64_t{bh} * g.tk_pad * D, k, bh / Hkv, bh % Hkv, dims.Tk, g.nkb, D);
+      pack_rows(vr + int64_t{bh} * g.tk_pad * Dp, v, bh / Hkv, bh % Hkv, dims.Tk, g.tk_pad, D, Dp, 1.0f);
     }
 
-    const ForwardCtx ctx{g, out, lse, q, scale, kt.get(), vr.get()};
+    const ForwardCtx ctx{g, out, lse, q, scale, kt, vr};
     const int64_t tasks = int64_t{B} * H * g.nqb;
 #pragma omp parallel
     {
-      ForwardTiles tiles(Dp);
+      ForwardTiles tiles(ws.thread_region(layout, tiles_at), Dp);
       // Largest causal tasks (last query blocks) first, so the dynamic schedule ends balanced.
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) {
@@ -470,19 +492,29 @@ struct BlockwiseAttention {
     const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
     if (B == 0 || dims.Tq == 0 || dims.Tk == 0) return;
 
-    Scratch qs = scratch(int64_t{B} * H * g.tq_pad * Dp);
-    Scratch dop = scratch(int64_t{B} * H * g.tq_pad * Dp);
-    Scratch lsep = scratch(int64_t{B} * H * g.tq_pad);
-    Scratch delta = scratch(int64_t{B} * H * g.tq_pad);
-    Scratch kt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
-    Scratch vt = scratch(int64_t{B} * Hkv * g.tk_pad * D);
-    Scratch kr = scratch(int64_t{B} * Hkv * g.tk_pad * Dp);
+    // The packed inputs every task reads, then each thread's tiles and dQ accumulator: the fused
+    // schedule's holds its task's query heads, the split schedule's one query block.
+    const Schedule schedule = choose_schedule(dims);
+    Layout layout;
+    const int64_t qs_at = layout.add(int64_t{B} * H * g.tq_pad * Dp);
+    const int64_t dop_at = layout.add(int64_t{B} * H * g.tq_pad * Dp);
+    const int64_t lsep_at = layout.add(int64_t{B} * H * g.tq_pad);
+    const int64_t delta_at = layout.add(int64_t{B} * H * g.tq_pad);
+    const int64_t kt_at = layout.add(int64_t{B} * Hkv * g.tk_pad * D);
+    const int64_t vt_at = layout.add(int64_t{B} * Hkv * g.tk_pad * D);
+    const int64_t kr_at = layout.add(int64_t{B} * Hkv * g.tk_pad * Dp);
+    const int64_t dq_floats =
+        schedule == Schedule::fused ? int64_t{g.group} * g.tq_pad * Dp : int64_t{kBlockQ} * Dp;
+    const int64_t thread_at = layout.add_per_thread(BackwardTiles::floats(Dp) + dq_floats);
+    const Workspace ws(layout);
+    float *qs = ws.at(qs_at), *dop = ws.at(dop_at), *lsep = ws.at(lsep_at), *delta = ws.at(delta_at),
+          *kt = ws.at(kt_at), *vt = ws.at(vt_at), *kr = ws.at(kr_at);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * H; ++bh) {
       const int b = bh / H, h = bh % H;
       const int64_t base = int64_t{bh} * g.tq_pad;
-      pack_rows(qs.get() + base * Dp, q, b, h, dims.Tq, g.tq_pad, D, Dp, scale);
-      pack_rows(dop.get() + base * Dp, dout, b, h, dims.Tq, g.tq_pad, D, Dp, 1.0f);
+      pack_rows(qs + base * Dp, q, b, h, dims.Tq, g.tq_pad, D, Dp, scale);
+      pack_rows(dop + base * Dp, dout, b, h, dims.Tq, g.tq_pad, D, Dp, 1.0f);
       for (int64_t t = 0; t < g.tq_pad; ++t) {
         float l = t < dims.Tq ? lse[int64_t{bh} * dims.Tq + t] : -kInf;
         lsep[base + t] = l == -kInf ? kInf : l;  // rows that see no key: P = exp(S - inf) = 0
@@ -498,25 +530,25 @@ struct BlockwiseAttention {
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * Hkv; ++bh) {
       const int b = bh / Hkv, h = bh % Hkv;
-      pack_transposed(kt.get() + int64_t{bh} * g.tk_pad * D, k, b, h, dims.Tk, g.nkb, D);
-      pack_transposed(vt.get() + int64_t{bh} * g.tk_pad * D, v, b, h, dims.Tk, g.nkb, D);
-      pack_rows(kr.get() + int64_t{bh} * g.tk_pad * Dp, k, b, h, dims.Tk, g.tk_pad, D, Dp, 1.0f);
+      pack_transposed(kt + int64_t{bh} * g.tk_pad * D, k, b, h, dims.Tk, g.nkb, D);
+      pack_transposed(vt + int64_t{bh} * g.tk_pad * D, v, b, h, dims.Tk, g.nkb, D);
+      pack_rows(kr + int64_t{bh} * g.tk_pad * Dp, k, b, h, dims.Tk, g.tk_pad, D, Dp, 1.0f);
     }
 
-    const BackwardCtx ctx{g,         dq,         dk,          dv,       scale,    qs.get(),
-                          dop.get(), lsep.get(), delta.get(), kt.get(), vt.get(), kr.get()};
-    if (choose_schedule(dims) == Schedule::fused) {
+    const BackwardCtx ctx{g, dq, dk, dv, scale, qs, dop, lsep, delta, kt, vt, kr};
+    if (schedule == Schedule::fused) {
 #pragma omp parallel
       {
-        BackwardTiles tiles(Dp);
-        Scratch dq_acc = scratch(int64_t{g.group} * g.tq_pad * Dp);  // dQ of the task's query heads
+        float* mine = ws.thread_region(layout, thread_at);
+        BackwardTiles tiles(mine, Dp);
+        float* dq_acc = mine + BackwardTiles::floats(Dp);  // dQ of the task's query heads
 #pragma omp for schedule(dynamic, 1)
         for (int bh = 0; bh < B * Hkv; ++bh) {
           const int b = bh / Hkv, hkv = bh % Hkv;
-          std::fill(dq_acc.get(), dq_acc.get() + int64_t{g.group} * g.tq_pad * Dp, 0.0f);
-          for (int kb = 0; kb < g.nkb; ++kb) dkdv_block(ctx, tiles, b, hkv, kb, dq_acc.get());
+          std::fill(dq_acc, dq_acc + dq_floats, 0.0f);
+          for (int kb = 0; kb < g.nkb; ++kb) dkdv_block(ctx, tiles, b, hkv, kb, dq_acc);
           for (int gi = 0; gi < g.group; ++gi)
-            add_dq(ctx, b, hkv * g.group + gi, 0, dims.Tq, dq_acc.get() + int64_t{gi} * g.tq_pad * Dp);
+            add_dq(ctx, b, hkv * g.group + gi, 0, dims.Tq, dq_acc + int64_t{gi} * g.tq_pad * Dp);
         }
       }
       return;
@@ -524,8 +556,9 @@ struct BlockwiseAttention {
 
 #pragma omp parallel
     {
-      BackwardTiles tiles(Dp);
-      Scratch dq_acc = scratch(int64_t{kBlockQ} * Dp);
+      float* mine = ws.thread_region(layout, thread_at);
+      BackwardTiles tiles(mine, Dp);
+      float* dq_acc = mine + BackwardTiles::floats(Dp);  // one query block's dQ
       // Pass 1: dK, dV; each task owns one key block of one kv head. Early key blocks see the most
       // queries under the causal mask, so they go first.
 #pragma omp for schedule(dynamic, 1)
@@ -540,15 +573,15 @@ struct BlockwiseAttention {
         const int qb = g.nqb - 1 - static_cast<int>(task / (int64_t{B} * H));
         const int bh = static_cast<int>(task % (int64_t{B} * H)), b = bh / H, h = bh % H;
         const int rows = g.q_rows(qb), M = static_cast<int>(round_up(rows, kRows));
-        std::fill(dq_acc.get(), dq_acc.get() + int64_t{kBlockQ} * Dp, 0.0f);
+        std::fill(dq_acc, dq_acc + dq_floats, 0.0f);
         for (int kb = 0; kb < g.nkb; ++kb) {
           Tile tile = g.classify(qb, kb);
           if (tile == Tile::skip) continue;
           probs_and_dscores(ctx, tiles, b, h, qb, kb, tile, M);
           const float* krow = ctx.kr + (ctx.kv_at(b, h / g.group) * g.tk_pad + int64_t{kb} * kBlockK) * Dp;
-          ab<false>(dq_acc.get(), Dp, tiles.ds, kBlockK, krow, Dp, M, kBlockK, Dp);
+          ab<false>(dq_acc, Dp, tiles.ds, kBlockK, krow, Dp, M, kBlockK, Dp);
         }
-        add_dq(ctx, b, h, int64_t{qb} * kBlockQ, rows, dq_acc.get());
+        add_dq(ctx, b, h, int64_t{qb} * kBlockQ, rows, dq_acc);
       }
     }
   }

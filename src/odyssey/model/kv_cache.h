@@ -5,10 +5,10 @@
 // The engine reads the model's parameters (model.param(tensor)) at every call and owns
 // only the cache and scratch: K and V [n_layer][ctx, Hkv D] plus the architecture's decoder (one
 // layer's activations for up to ctx tokens), all allocated once in the constructor (no allocation per
-// token in this class; the attention kernel keeps its own per-call scratch). The decoder runs the
-// model's own block (decoder.h) with a cached attention op that appends each chunk's K and V (after
-// RoPE, for Llama) and attends over the whole cache, so it computes exactly what the stage's forward
-// computes for the cached window, but the LM head only for the last position.
+// token in this class; the attention kernel reuses its own workspace, kernels/attention_workspace.h).
+// The decoder runs the model's own block (decoder.h) with a cached attention op that appends each chunk's K
+// and V (after RoPE, for Llama) and attends over the whole cache, so it computes exactly what the stage's
+// forward computes for the cached window, but the LM head only for the last position.
 //
 // Context full (ctx = model.seq_len): appending to a full cache SLIDES the window: the cache is reset
 // and the last ctx/2 cached tokens are re-prefilled at positions 0..ctx/2-1, then the new token is
