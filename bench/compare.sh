@@ -13,8 +13,9 @@
 # (libopenblas0-openmp, else -pthread; without it PyTorch gets the reference BLAS, under 1 GFLOP/s,
 # and the script says so) and sets OPENBLAS_CORETYPE from this CPU's flags (bench/blas_env.sh:
 # SkylakeX/Cooperlake with AVX-512, Zen/Haswell with AVX2), so OpenBLAS neither mis-detects a
-# virtualised CPU nor runs AVX-512 kernels on one without them. OPENBLAS_CORETYPE set by the caller
-# wins. The summary's "host" names the CPU, the ISA oneDNN dispatched to, and OpenBLAS's core.
+# virtualised CPU nor runs AVX-512 kernels on one without them. BENCH_OPENBLAS_CORETYPE chooses
+# another; an OPENBLAS_CORETYPE in the environment is not used (blas_env.sh says why). The summary's
+# "host" names the CPU, the ISA oneDNN dispatched to, and OpenBLAS's core.
 #
 # Environment: THREADS (2), RUNS (3), STEPS (1 timed step per run, after WARMUP=1 untimed),
 # MODELS ("gpt2-124m mid", a subset, l4-t512 / l4-t4096 (4 layers, 512 wide, T = 512 / 4096), or
@@ -42,7 +43,7 @@ mkdir -p "$OUT_DIR"
 
 log() { echo "compare: $*" >&2; }
 source "$ROOT/bench/blas_env.sh"
-CORETYPE=${OPENBLAS_CORETYPE:-$(openblas_coretype)}
+CORETYPE=$(bench_openblas_coretype compare)
 
 # --- build (incremental: ninja does nothing when bench_train is up to date)
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
@@ -63,7 +64,7 @@ fi
 run_torch() {  # run_torch OUTFILE CORETYPE ARGS...
   local out=$1 coretype=$2
   shift 2
-  env ${BLAS_DIR:+LD_LIBRARY_PATH=$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} \
+  env -u OPENBLAS_CORETYPE ${BLAS_DIR:+LD_LIBRARY_PATH=$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} \
     ${coretype:+OPENBLAS_CORETYPE=$coretype} OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
     "$PYTHON" "$ROOT/bench/torch_gpt2.py" "$@" >"$out"
 }

@@ -29,6 +29,26 @@ expect Sandybridge GenuineIntel "$base"
 expect "" GenuineIntel "fpu sse sse2"
 expect Zen AuthenticAMD "$epyc avx512_bf16"       # a bf16 flag without AVX-512 changes nothing
 
+# What the benchmarks give PyTorch: BENCH_OPENBLAS_CORETYPE, else the host's type, never a machine-wide
+# OPENBLAS_CORETYPE (named in a warning when it differs).
+bench_expect() {  # bench_expect WANT WARNS(0|1) ENV...
+  local want=$1 warns=$2 got err
+  shift 2
+  err=$(mktemp)
+  got=$(env "$@" bash -c "source '$ROOT/bench/blas_env.sh'; bench_openblas_coretype test" 2>"$err")
+  if [ "$got" != "$want" ]; then echo "FAIL: bench_openblas_coretype with $*: got '$got', want '$want'"; fail=1; fi
+  if [ "$warns" = 1 ] && ! grep -q "OPENBLAS_CORETYPE=Bogus from the environment is not used" "$err"; then
+    echo "FAIL: no warning naming the environment's OPENBLAS_CORETYPE with $*"; fail=1
+  fi
+  if [ "$warns" = 0 ] && [ -s "$err" ]; then echo "FAIL: unexpected warning with $*: $(cat "$err")"; fail=1; fi
+  rm -f "$err"
+}
+host_type=$(openblas_coretype)
+bench_expect "$host_type" 1 OPENBLAS_CORETYPE=Bogus
+bench_expect "$host_type" 0 -u OPENBLAS_CORETYPE
+bench_expect SkylakeX 1 OPENBLAS_CORETYPE=Bogus BENCH_OPENBLAS_CORETYPE=SkylakeX
+bench_expect SkylakeX 0 OPENBLAS_CORETYPE=SkylakeX BENCH_OPENBLAS_CORETYPE=SkylakeX
+
 # This host: the chosen type's ISA is one the host has.
 host=$(openblas_coretype)
 flags=" $(awk -F': ' '/^flags/ {print $2; exit}' /proc/cpuinfo) "
