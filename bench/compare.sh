@@ -15,7 +15,9 @@
 # SkylakeX/Cooperlake with AVX-512, Zen/Haswell with AVX2), so OpenBLAS neither mis-detects a
 # virtualised CPU nor runs AVX-512 kernels on one without them. BENCH_OPENBLAS_CORETYPE chooses
 # another; an OPENBLAS_CORETYPE in the environment is not used (blas_env.sh says why). The summary's
-# "host" names the CPU, the ISA oneDNN dispatched to, and OpenBLAS's core.
+# "host" names the CPU, the ISA oneDNN dispatched to, and OpenBLAS's core. PyTorch runs with tcmalloc
+# preloaded (TORCH_MALLOC=system: glibc's), as bench/torch_env.sh explains; the summary's
+# "torch_allocator" says which.
 #
 # Environment: THREADS (2), RUNS (3), STEPS (1 timed step per run, after WARMUP=1 untimed),
 # MODELS ("gpt2-124m mid", a subset, l4-t512 / l4-t4096 (4 layers, 512 wide, T = 512 / 4096), or
@@ -42,8 +44,9 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 mkdir -p "$OUT_DIR"
 
 log() { echo "compare: $*" >&2; }
-source "$ROOT/bench/blas_env.sh"
-CORETYPE=$(bench_openblas_coretype compare)
+source "$ROOT/bench/torch_env.sh"
+torch_env_setup compare
+CORETYPE=$TORCH_CORETYPE
 
 # --- build (incremental: ninja does nothing when bench_train is up to date)
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
@@ -52,21 +55,10 @@ fi
 ninja -C "$BUILD_DIR" -j2 bench_train >&2
 OURS="$BUILD_DIR/bench/bench_train"
 
-# --- PyTorch's BLAS
-BLAS_DIR=""
-for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread; do
-  if [ -f "$d/libblas.so.3" ]; then BLAS_DIR=$d; break; fi
-done
-if [ -z "$BLAS_DIR" ]; then
-  log "WARNING: no OpenBLAS found; PyTorch will use $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 || echo '?')"
-  log "         (the reference BLAS is far slower: apt-get install libopenblas0-openmp for a fair comparison)"
-fi
 run_torch() {  # run_torch OUTFILE CORETYPE ARGS...
   local out=$1 coretype=$2
   shift 2
-  env -u OPENBLAS_CORETYPE ${BLAS_DIR:+LD_LIBRARY_PATH=$BLAS_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}} \
-    ${coretype:+OPENBLAS_CORETYPE=$coretype} OMP_NUM_THREADS="$THREADS" OPENBLAS_NUM_THREADS="$THREADS" \
-    "$PYTHON" "$ROOT/bench/torch_gpt2.py" "$@" >"$out"
+  torch_env "$coretype" "$PYTHON" "$ROOT/bench/torch_gpt2.py" "$@" >"$out"
 }
 run_ours() {  # run_ours OUTFILE ARGS...
   local out=$1
@@ -95,7 +87,8 @@ model_args() {
 }
 
 log "results in $OUT_DIR; threads $THREADS, $RUNS runs x ($WARMUP warm-up + $STEPS steps)," \
-  "OMP_WAIT_POLICY=$OMP_WAIT_POLICY; torch BLAS: ${BLAS_DIR:-system}, OPENBLAS_CORETYPE=${CORETYPE:-auto}"
+  "OMP_WAIT_POLICY=$OMP_WAIT_POLICY; torch BLAS: ${TORCH_BLAS_DIR:-system}, OPENBLAS_CORETYPE=${CORETYPE:-auto}," \
+  "allocator: $TORCH_MALLOC_USED"
 start=$(date +%s)
 for model in $MODELS; do
   args="$(model_args "$model") --steps $STEPS --warmup $WARMUP --threads $THREADS"
@@ -123,13 +116,14 @@ fi
 log "done in $(($(date +%s) - start)) s"
 
 # --- summary: medians over runs
-"$PYTHON" - "$OUT_DIR" "$CORETYPE" $MODELS <<'EOF'
+"$PYTHON" - "$OUT_DIR" "$CORETYPE" "$TORCH_MALLOC_USED" $MODELS <<'EOF'
 import glob, json, os, statistics, sys
 
-out_dir, coretype, models = sys.argv[1], sys.argv[2], sys.argv[3:]
+out_dir, coretype, torch_malloc, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 med = statistics.median
 summary = {"host": None, "threads": None, "out_dir": out_dir, "goals": {"ratio": 2.5, "mfu": 0.6},
            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "openblas_coretype": coretype or None,
+           "torch_allocator": torch_malloc,
            "models": {}}
 for model in models:
     def load(f):

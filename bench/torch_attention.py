@@ -90,6 +90,7 @@ def main():
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                       "blas": os.environ.get("LD_LIBRARY_PATH", ""),
                       "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE", ""),
+                      "allocator": os.environ.get("TORCH_ALLOCATOR", "system"),
                       "parallel_info": c.parallel_info().splitlines()[:3],
                       "attention": shapes, "skipped": skipped}, indent=2))
 

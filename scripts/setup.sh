@@ -3,7 +3,7 @@
 #   bash scripts/setup.sh            what building the odyssey binary and running it need
 #   bash scripts/setup.sh --test     also GoogleTest, clang-format, python3 (the test suite)
 #   bash scripts/setup.sh --plot     also python3-matplotlib (the demo's loss plot)
-#   bash scripts/setup.sh --torch    also PyTorch, numpy and OpenBLAS (bench/compare.sh, reference data)
+#   bash scripts/setup.sh --torch    also PyTorch, numpy, OpenBLAS, tcmalloc (bench/compare.sh, reference data)
 #   bash scripts/setup.sh --fuzz     also clang 14 and its runtime libraries (libFuzzer; scripts/fuzz.sh)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git ca-certificates
@@ -18,7 +18,8 @@ for arg in "$@"; do
     --plot) packages+=(python3 python3-matplotlib) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     # PyTorch needs an optimized BLAS (Debian's reference BLAS is 100x slower).
-    --torch) packages+=(python3 python3-torch python3-numpy libopenblas0-openmp) ;;
+    # tcmalloc: bench/torch_env.sh preloads it for PyTorch (glibc's page faults dominated its step).
+    --torch) packages+=(python3 python3-torch python3-numpy libopenblas0-openmp libtcmalloc-minimal4) ;;
     *)
       echo "setup: unknown option '$arg' (expected --test, --plot, --torch or --fuzz)" >&2
       exit 1
