@@ -4,8 +4,10 @@
 //
 // The check counts what the engine accounts for (model state already allocated, activations of one
 // micro-batch of this rank's sequence shard), summed over the ranks on the host. Real use is higher
-// (kernel workspaces, MPI, the program itself; peak RSS runs ~5-30% above the accounted total in
-// bench/long_sequences.sh), so a run that passes may still not fit; one that fails cannot.
+// (kernel workspaces: the attention kernel's, about 5 B T H D floats per rank, kept between calls up to
+// 512 MiB, kernels/attention_workspace.h; MPI, the program itself; peak RSS runs ~5-30% above the
+// accounted total in bench/long_sequences.sh), so a run that passes may still not fit; one that fails
+// cannot.
 #pragma once
 
 #include <cstdint>
