@@ -1,9 +1,13 @@
 // fill_zero and FloatBuffer::zero: exactly the range zeroed, on the threaded path (more than two 64 KiB
-// blocks, a partial last block) and the single-thread one, nothing past it touched.
+// blocks, a partial last block) and the single-thread one, nothing past it touched. Every allocation
+// 64-byte aligned and zero, from the heap (calloc, reusing freed blocks), malloc's own mappings and
+// the buffer's (64 MiB and more).
 #include "odyssey/core/buffer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <vector>
 
 using namespace odyssey;
@@ -30,6 +34,21 @@ TEST(Buffer, ZeroClearsEveryElement) {
   for (size_t i = 0; i < b.size(); ++i) b.data()[i] = float(i);
   b.zero();
   for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b.data()[i], 0.0f) << i;
+}
+
+TEST(Buffer, EveryAllocationIsAlignedAndZero) {
+  // Each size twice: the second allocation may reuse the block the first, written over, left behind.
+  for (size_t n : {size_t{1}, size_t{17}, size_t{1000}, size_t{300007}, size_t{3} << 20, size_t{16} << 20,
+                   size_t{1} << 24, (size_t{64} << 20) / sizeof(float) + 5})
+    for (int round = 0; round < 2; ++round) {
+      FloatBuffer b(n);
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(b.data()) % 64, 0u) << n;
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], 0.0f) << n << ": " << i;
+      std::fill_n(b.data(), n, -1.0f);
+      b.resize(n);  // reallocated: zero again
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], 0.0f) << n << " resized: " << i;
+      std::fill_n(b.data(), n, -1.0f);
+    }
 }
 
 }  // namespace

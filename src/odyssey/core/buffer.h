@@ -3,6 +3,9 @@
 // Buffers of 64 MiB and more are anonymous mappings, whose pages read as zero and take memory only
 // once written: a model-sized gradient or moment buffer costs nothing until the first step uses it
 // (a dry run never does), and no start-up pass writes gigabytes of zeros.
+// Smaller buffers come from calloc, which clears only memory that is not fresh from the OS: a block
+// malloc maps for it reads as zero already, so a large activation buffer is not written twice (once
+// by the kernel's zero page fault, once by a memset) before its first use.
 #pragma once
 
 #include <cstddef>
@@ -42,18 +45,20 @@ class AlignedBuffer {
     size_ = n;
     if (n == 0) return;
     const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    void* base = nullptr;
     void* p = nullptr;
     if (bytes >= kMappedBytes) {  // page-aligned, already zero
-      p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) p = nullptr;
-    } else if ((p = std::aligned_alloc(64, bytes))) {
-      std::memset(p, 0, bytes);
+      base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) base = nullptr;
+      p = base;
+    } else if ((base = std::calloc(1, bytes + 64))) {  // calloc aligns to 16 bytes: align up to 64
+      p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base) + 63) & ~uintptr_t{63});
     }
     if (!p) {
       size_ = 0;
       throw std::bad_alloc();
     }
-    data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{bytes});
+    data_ = std::unique_ptr<T, Free>(static_cast<T*>(p), Free{base, bytes});
   }
   // Exactly n elements: reallocated (contents lost, zero-filled) when the size differs, kept otherwise.
   void fit(size_t n) {
@@ -76,12 +81,13 @@ class AlignedBuffer {
  private:
   static constexpr size_t kMappedBytes = size_t{64} << 20;
   struct Free {
+    void* base = nullptr;  // what mmap or calloc returned (the data is aligned up from it)
     size_t bytes = 0;
-    void operator()(T* p) const {
+    void operator()(T*) const {
       if (bytes >= kMappedBytes)
-        munmap(p, bytes);
+        munmap(base, bytes);
       else
-        std::free(p);
+        std::free(base);
     }
   };
   std::unique_ptr<T, Free> data_;
