@@ -43,7 +43,7 @@ tiny_setup() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   make_shards "$WORK/data"
   cfg="$WORK/tiny.toml"
-  sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
+  sed -e "s|cache/brown/bytes|$WORK/data/shards|g" -e "/^\[train\]/a gemm_gflops = 50" "$ROOT/configs/tiny.toml" >"$cfg"
 }
 
 # run NAME NP ARGS...: trains $cfg on NP ranks, metrics and checkpoints in $WORK/NAME.
@@ -93,6 +93,7 @@ vocab_size = $vocab
 train = "$WORK/data/shards/train_*.bin"
 val = "$WORK/data/shards/val_*.bin"
 [train]
+gemm_gflops = 50
 steps = 10
 global_batch = 8
 micro_batch = 2

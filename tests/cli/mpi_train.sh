@@ -31,6 +31,22 @@ PY
   [ -f "$WORK/two_z$stage/step_00000008/v.rank00001.safetensors" ] || fail "ZeRO-$stage: no full checkpoint"
 done
 
+# MFU's denominator fixed by train.gemm_gflops (50 here, tiny_setup): logged as such, and MFU per token
+# per second halves at twice the rate.
+grep -q "GEMM rate 50.0 GFLOP/s per rank (train.gemm_gflops)" "$WORK/err_z2.txt" &&
+  echo "ok: the GEMM rate is train.gemm_gflops" || fail "no 'GEMM rate 50.0 (train.gemm_gflops)' in the log"
+"$ODYSSEY" train --config "$cfg" "${common[@]}" --set train.steps=2 --set train.gemm_gflops=100 \
+  --set "checkpoint.dir=$WORK/rate100" >/dev/null 2>&1 || fail "1-rank run at train.gemm_gflops=100"
+if python3 - "$WORK/one/metrics.jsonl" "$WORK/rate100/metrics.jsonl" <<'PY'; then
+import json, sys
+per_tps = [[r["mfu"] / r["tokens_per_s"] for r in map(json.loads, open(f))] for f in sys.argv[1:]]
+assert all(abs(x / y - 2) < 1e-3 for x, y in zip(per_tps[0], per_tps[1])), per_tps
+PY
+  echo "ok: MFU is measured against train.gemm_gflops"
+else
+  fail "MFU does not scale with 1 / train.gemm_gflops"
+fi
+
 # Resume under ZeRO-3 at np 2: 4 steps, stop, 4 more equal 8 straight, bit for bit.
 "${MPIRUN[@]}" -np 2 "$ODYSSEY" train --config "$cfg" "${common[@]}" --set parallel.zero_stage=3 \
   --set "checkpoint.dir=$WORK/split" --set train.exit_after=4 >/dev/null 2>&1 || fail "first half"

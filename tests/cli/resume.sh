@@ -6,7 +6,12 @@ cfg="$WORK/tiny.toml"
 sed -e "s|cache/brown/bytes|$WORK/data/shards|g" "$ROOT/configs/tiny.toml" >"$cfg"
 common=(--set train.steps=20 --set data.shuffle=true --set train.threads=2)
 
-"$ODYSSEY" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/full" >/dev/null 2>&1 || fail "full run"
+"$ODYSSEY" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/full" >/dev/null 2>"$WORK/full.log" ||
+  fail "full run"
+# Without train.gemm_gflops the MFU denominator is measured (tests elsewhere fix it to save the time).
+grep -qE "GEMM rate [0-9.]+ GFLOP/s per rank \(measured\)" "$WORK/full.log" &&
+  [ "$(grep -c '"mfu":0[,}]' "$WORK/full/metrics.jsonl")" -eq 0 ] && echo "ok: the GEMM rate is measured" ||
+  fail "no measured GEMM rate in the log, or an MFU of 0"
 "$ODYSSEY" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/split" --set train.exit_after=10 \
   >/dev/null 2>&1 || fail "first half"
 [ -d "$WORK/split/step_00000010" ] || fail "no checkpoint at step 10"

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
@@ -184,6 +185,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("train.threads", int, train.threads),
       ODY_KEY("train.exit_after", int64_t, train.exit_after),
       ODY_KEY("train.host_memory_gb", double, train.host_memory_gb),
+      ODY_KEY("train.gemm_gflops", double, train.gemm_gflops),
       ODY_KEY("parallel.dp", int, parallel.dp),
       ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses),
       ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
@@ -307,6 +309,8 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.exit_after >= 0, "train.exit_after must be >= 0, got {}", t.exit_after);
   ODY_CHECK(t.threads >= 0, "train.threads must be >= 0, got {}", t.threads);
   ODY_CHECK(t.host_memory_gb >= 0, "train.host_memory_gb must be >= 0, got {}", t.host_memory_gb);
+  ODY_CHECK(t.gemm_gflops >= 0 && std::isfinite(t.gemm_gflops),
+            "train.gemm_gflops must be a finite rate >= 0 (0 measures it), got {}", t.gemm_gflops);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
   ODY_CHECK(is_tokenizer_name(data.tokenizer), "data.tokenizer: unknown tokenizer '{}' ({})", data.tokenizer,
             kTokenizerNames);

@@ -57,6 +57,8 @@ struct TrainConfig {
   int threads = 0;            // OpenMP threads per rank (0: the host's cores / ranks on the host)
   int64_t exit_after = 0;     // stop after this many steps of this invocation, with a checkpoint (0: never)
   double host_memory_gb = 0;  // memory budget per host for the start-up check (0: MemAvailable)
+  double gemm_gflops = 0;     // MFU's denominator, fp32 GFLOP/s per rank (0: measured at the start
+                              // and at each validation, the best rate kept)
 };
 
 struct ParallelConfig {

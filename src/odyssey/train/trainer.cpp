@@ -495,9 +495,9 @@ struct Run {
           shape.m, shape.P, 100.0 * (shape.P - 1) / (shape.m + shape.P - 1));
     log_info(
         "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
-        "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank",
+        "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank ({})",
         tc.global_batch, seq_len(), tc.global_batch / (tc.micro_batch * dp.size()), tc.micro_batch, dp.size(),
-        omp_get_max_threads(), gemm_gflops);
+        omp_get_max_threads(), gemm_gflops, tc.gemm_gflops > 0 ? "train.gemm_gflops" : "measured");
     log_info(
         "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
         "over {} ranks",
@@ -621,10 +621,12 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
 
   const double flops_per_token = run.arch.training_flops_per_token(config.model, T);
-  // The MFU denominator: the fp32 GEMM rate this machine achieves. On a shared machine a single
-  // measurement can land in a busy moment, so it is measured again at every validation and the best
-  // rate seen is kept (MFU never rises above 1 because the first measurement was unlucky).
-  double gemm_gflops = tc.steps > start_step ? measure_gemm_gflops() : 0.0;
+  // The MFU denominator: the fp32 GEMM rate this machine achieves, or train.gemm_gflops (MFU comparable
+  // across runs and hosts, and no 0.3 s of 1024^3 GEMMs on every rank at start). On a shared machine a
+  // single measurement can land in a busy moment, so it is measured again at every validation and the
+  // best rate seen is kept (MFU never rises above 1 because the first measurement was unlucky).
+  const bool measure_gemm = tc.gemm_gflops == 0;
+  double gemm_gflops = !measure_gemm ? tc.gemm_gflops : tc.steps > start_step ? measure_gemm_gflops() : 0.0;
   if (root) run.log_start(gemm_gflops);
 
   std::unique_ptr<MetricsWriter> metrics;
@@ -753,7 +755,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     const bool last = step + 1 == end_step;
     const bool eval_now = run.val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
-      gemm_gflops = std::max(gemm_gflops, measure_gemm_gflops(1024, 0.1));
+      if (measure_gemm) gemm_gflops = std::max(gemm_gflops, measure_gemm_gflops(1024, 0.1));
       double val = validate();
       record["val_loss"] = val;
       result.val_loss = val;
