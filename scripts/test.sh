@@ -7,12 +7,26 @@
 # CI's time budget: run `bash scripts/sanitize.sh`). ODYSSEY_SANITIZE_TESTS=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's wall time, to stderr: what to shorten when the whole exceeds CI's 20 minutes.
+started=$SECONDS
+stage_done() {
+  echo "test.sh: $1 took $((SECONDS - started)) s" >&2
+  started=$SECONDS
+}
 bash scripts/setup.sh --test
+stage_done "setup"
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 bash scripts/fetch_brown.sh >/dev/null
 bash scripts/fetch_gpt2_vocab.sh >/dev/null
 for tokenizer in cl100k_base o200k_base llama3; do bash scripts/fetch_tokenizer.sh "$tokenizer" >/dev/null; done
+stage_done "fetching the test corpora"
 bash scripts/build.sh
+stage_done "the Release build"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 --timeout 900
-if [ "${ODYSSEY_SANITIZE_TESTS:-1}" != 0 ]; then bash scripts/sanitize.sh --ci; fi
+stage_done "ctest"
+if [ "${ODYSSEY_SANITIZE_TESTS:-1}" != 0 ]; then
+  bash scripts/sanitize.sh --ci
+  stage_done "the sanitizer pass (build and run)"
+fi
+echo "test.sh: passed in $SECONDS s" >&2

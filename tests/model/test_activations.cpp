@@ -22,7 +22,7 @@ TEST(Activations, BytesForMatchesAllocate) {
   struct Shape {
     int n_layer, n_head, d_model, vocab, B, T;
   };
-  for (const Shape& s : {Shape{1, 1, 8, 11, 1, 1}, Shape{2, 5, 40, 67, 3, 37}, Shape{4, 4, 256, 256, 1, 4096},
+  for (const Shape& s : {Shape{1, 1, 8, 11, 1, 1}, Shape{2, 5, 40, 67, 3, 37}, Shape{4, 4, 96, 256, 1, 4096},
                          Shape{3, 12, 96, 1000, 2, 129}}) {
     ModelConfig c;
     c.n_layer = s.n_layer, c.n_head = s.n_head, c.d_model = s.d_model, c.vocab_size = s.vocab;
