@@ -16,7 +16,7 @@ vocab_size = 256
 train = "$WORK/data/shards/train_*.bin"
 shuffle = true
 [train]
-gemm_gflops = 50
+$GEMM_RATE_LINE
 steps = 12
 global_batch = 4
 micro_batch = 1

@@ -36,6 +36,12 @@ make_shards() {
   "$ODYSSEY" prepare --input "$dir"/text/*.txt --output "$dir/shards" --tokenizer bytes --val-fraction 0.25 --quiet >/dev/null
 }
 
+# The MFU denominator the tests' configs fix (train.gemm_gflops), so a run does not first measure the
+# GEMM rate on every rank (0.3 s each; resume.sh keeps the measured path and checks it).
+GEMM_RATE_LINE="gemm_gflops = 50"
+# tiny_config SHARDS OUT: configs/tiny.toml training on SHARDS, with the fixed GEMM rate, written to OUT.
+tiny_config() { sed -e "s|cache/brown/bytes|$1|g" -e "/^\[train\]/a $GEMM_RATE_LINE" "$ROOT/configs/tiny.toml" >"$2"; }
+
 # tiny_setup: token shards in $WORK/data, configs/tiny.toml pointed at them as $cfg, and MPIRUN for
 # multi-rank runs (Open MPI allowed as root, one OpenMP thread per rank).
 tiny_setup() {
@@ -43,7 +49,7 @@ tiny_setup() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
   make_shards "$WORK/data"
   cfg="$WORK/tiny.toml"
-  sed -e "s|cache/brown/bytes|$WORK/data/shards|g" -e "/^\[train\]/a gemm_gflops = 50" "$ROOT/configs/tiny.toml" >"$cfg"
+  tiny_config "$WORK/data/shards" "$cfg"
 }
 
 # run NAME NP ARGS...: trains $cfg on NP ranks, metrics and checkpoints in $WORK/NAME.
@@ -93,7 +99,7 @@ vocab_size = $vocab
 train = "$WORK/data/shards/train_*.bin"
 val = "$WORK/data/shards/val_*.bin"
 [train]
-gemm_gflops = 50
+$GEMM_RATE_LINE
 steps = 10
 global_batch = 8
 micro_batch = 2

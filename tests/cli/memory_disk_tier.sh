@@ -24,7 +24,7 @@ vocab_size = 256
 [data]
 train = "$WORK/data/shards/train_*.bin"
 [train]
-gemm_gflops = 50
+$GEMM_RATE_LINE
 steps = 3
 global_batch = 4
 micro_batch = 2

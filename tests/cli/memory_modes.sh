@@ -21,7 +21,7 @@ vocab_size = 256
 [data]
 train = "$WORK/data/shards/train_*.bin"
 [train]
-gemm_gflops = 50
+$GEMM_RATE_LINE
 steps = 4
 global_batch = 4
 micro_batch = 2

@@ -6,7 +6,7 @@
 source "$(dirname "$0")/common.sh" "$@"
 make_shards "$WORK/data"
 cfg="$WORK/tiny.toml"
-sed -e "s|cache/brown/bytes|$WORK/data/shards|g" -e "/^\[train\]/a gemm_gflops = 50" "$ROOT/configs/tiny.toml" >"$cfg"
+tiny_config "$WORK/data/shards" "$cfg"
 common=(--set train.steps=6 --set checkpoint.every=2 --set train.threads=1)
 "$ODYSSEY" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/straight" >/dev/null 2>&1 ||
   fail "uninterrupted run"

@@ -21,7 +21,7 @@ vocab_size = 256
 train = "$WORK/data/shards/train_*.bin"
 val = "$WORK/data/shards/val_*.bin"
 [train]
-gemm_gflops = 50
+$GEMM_RATE_LINE
 steps = 10
 global_batch = 4
 micro_batch = 2

@@ -35,7 +35,7 @@ train = "$WORK/llama3/train_*.bin"
 val = "$WORK/llama3/val_*.bin"
 tokenizer = "llama3"
 [train]
-gemm_gflops = 50
+$GEMM_RATE_LINE
 steps = 3
 global_batch = 2
 micro_batch = 2

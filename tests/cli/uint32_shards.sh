@@ -30,7 +30,7 @@ done
 
 common=(--set train.steps=4 --set data.shuffle=true --set train.threads=2)
 for kind in data/shards wide; do
-  sed -e "s|cache/brown/bytes|$WORK/$kind|g" -e "/^\[train\]/a gemm_gflops = 50" "$ROOT/configs/tiny.toml" >"$WORK/$(basename $kind).toml"
+  tiny_config "$WORK/$kind" "$WORK/$(basename $kind).toml"
   "$ODYSSEY" train --config "$WORK/$(basename $kind).toml" "${common[@]}" --set "checkpoint.dir=$WORK/run_$(basename $kind)" \
     >/dev/null 2>&1 || fail "train over $kind"
 done
@@ -48,7 +48,7 @@ wide=$("$ODYSSEY" eval --checkpoint "$WORK/run_shards" --data "$WORK/wide/val_*.
   fail "eval differs: uint16 $narrow, uint32 $wide"
 
 # Ids 65536..65791 need a vocabulary of 65792: it trains; with the byte vocabulary it is refused.
-sed -e "s|cache/brown/bytes|$WORK/shifted|g" -e "/^\[train\]/a gemm_gflops = 50" "$ROOT/configs/tiny.toml" >"$WORK/shifted.toml"
+tiny_config "$WORK/shifted" "$WORK/shifted.toml"
 "$ODYSSEY" train --config "$WORK/shifted.toml" --set train.steps=2 --set model.vocab_size=65792 \
   --set train.threads=2 --set "checkpoint.dir=$WORK/run_shifted" >/dev/null 2>&1 && echo "ok: vocabulary 65792 trains" ||
   fail "train with vocabulary 65792"
