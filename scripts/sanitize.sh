@@ -38,7 +38,10 @@ if [ "${1:-}" = --ci ]; then
   done
   ci_targets+=("${ci_mpi_tests[@]}" "${ci_fuzz[@]/#/fuzz_replay_}")
 fi
+started=$SECONDS
 ninja -C "$BUILD" -j"$(nproc)" "${ci_targets[@]}"
+echo "sanitize: the build took $((SECONDS - started)) s" >&2
+started=$SECONDS
 # fast_unwind_on_malloc=0: Open MPI's libraries keep no frame pointers, so only the slow unwinder
 # reaches the frames in libmpi / mca_* that the suppressions name. It unwinds on every malloc and
 # free, 6-7x slower in the allocation-heavy tests (a checkpoint round trip: 45 s -> 294 s), so --ci
@@ -54,6 +57,9 @@ without_mpi() { ASAN_OPTIONS=$asan_without_mpi "$@"; }
 export LSAN_OPTIONS="suppressions=$PWD/scripts/sanitizers/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+set -a  # Open MPI without its start-up probes (see the file)
+. tests/mpi_launch.env
+set +a
 # Open MPI and PMIx unload their components (mca_*.so) at exit, leaving their allocations
 # unsymbolised, which the suppressions cannot match: keep them loaded.
 export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component_disable_dlclose=1
@@ -66,12 +72,17 @@ if [ ${#ci_targets[@]} -gt 0 ]; then
     without_mpi "$BUILD/tests/$t" --gtest_brief=1 ${ci_skip[$t]:+--gtest_filter=-${ci_skip[$t]}} || failed "$t"
     units=$((units + 1))
   done
+  echo "sanitize: the unit tests took $((SECONDS - started)) s" >&2
+  started=$SECONDS
   for name in "${ci_fuzz[@]}"; do without_mpi "$BUILD/fuzz/fuzz_replay_$name" "fuzz/corpus/$name" || failed "fuzz_replay_$name"; done
+  echo "sanitize: the fuzz corpus replays took $((SECONDS - started)) s" >&2
+  started=$SECONDS
   for t in "${ci_mpi_tests[@]}"; do
     for np in 2 4; do
       OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe "$BUILD/tests/$t" --gtest_brief=1 || failed "$t at $np ranks"
     done
   done
+  echo "sanitize: the multi-rank tests took $((SECONDS - started)) s" >&2
   echo "sanitize: $units unit test executables, ${#ci_fuzz[@]} fuzz corpus replays and ${#ci_mpi_tests[@]} multi-rank" \
     "test executables at 2 and 4 ranks passed under ASan + UBSan"
   exit 0

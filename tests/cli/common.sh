@@ -3,6 +3,10 @@ set -u
 ODYSSEY="$1"
 ROOT="$2"
 WORK=$(mktemp -d)
+set -a  # tests/mpi_launch.env: Open MPI without its start-up probes, for mpirun and single processes alike
+# shellcheck source=../mpi_launch.env
+. "$(dirname "${BASH_SOURCE[0]}")/../mpi_launch.env"
+set +a
 trap 'rm -rf "$WORK"' EXIT
 failures=0
 
