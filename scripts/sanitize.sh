@@ -66,11 +66,24 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1 PMIX_MCA_mca_base_component
 export ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 if [ ${#ci_targets[@]} -gt 0 ]; then
   failed() { echo "sanitize: $* failed" >&2; exit 1; }
+  # The unit test executables, as many at once as there are cores (most are single-threaded), each
+  # one's output kept in $BUILD/sanitize-logs/ and shown if it fails.
+  logs=$BUILD/sanitize-logs
+  rm -rf "$logs" && mkdir -p "$logs"
   units=0
   for t in "${ci_targets[@]}"; do
     [[ $t == test_* ]] || continue
-    without_mpi "$BUILD/tests/$t" --gtest_brief=1 ${ci_skip[$t]:+--gtest_filter=-${ci_skip[$t]}} || failed "$t"
+    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n || true; done
+    (without_mpi "$BUILD/tests/$t" --gtest_brief=1 ${ci_skip[$t]:+--gtest_filter=-${ci_skip[$t]}} >"$logs/$t.log" 2>&1 ||
+      touch "$logs/$t.failed") &
     units=$((units + 1))
+  done
+  wait
+  for f in "$logs"/*.failed; do
+    [ -e "$f" ] || continue
+    t=$(basename "$f" .failed)
+    cat "$logs/$t.log" >&2
+    failed "$t"
   done
   echo "sanitize: the unit tests took $((SECONDS - started)) s" >&2
   started=$SECONDS
