@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 
 const std::string kPrefix = "transformer.";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Causal-mask buffers that older transformers versions saved with the weights:
 // "(transformer.)h.<digits>.attn.bias" and ".attn.masked_bias".
 bool is_mask_buffer(std::string name) {
@@ -45,8 +41,8 @@ std::string hf_gpt2_name(const std::string& name) {
 }
 
 bool hf_gpt2_is_conv1d(const std::string& name) {
-  return ends_with(name, ".attn.c_attn.weight") || ends_with(name, ".attn.c_proj.weight") ||
-         ends_with(name, ".mlp.c_fc.weight") || ends_with(name, ".mlp.c_proj.weight");
+  return name.ends_with(".attn.c_attn.weight") || name.ends_with(".attn.c_proj.weight") ||
+         name.ends_with(".mlp.c_fc.weight") || name.ends_with(".mlp.c_proj.weight");
 }
 
 std::vector<int64_t> hf_gpt2_shape(const ParamInfo& p) {

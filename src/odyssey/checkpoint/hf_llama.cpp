@@ -20,10 +20,6 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 json read_json(const std::string& path) {
   try {
     json j = json::parse(read_text_file(path));
@@ -239,7 +235,7 @@ void import_hf_llama(const std::string& dir, const ModelConfig& config, float* p
     }
   }
   for (const auto& [name, file] : files.owner) {
-    if (used.count(name) || ends_with(name, ".rotary_emb.inv_freq")) continue;
+    if (used.count(name) || name.ends_with(".rotary_emb.inv_freq")) continue;
     problems.push_back(fmt::format("unknown tensor '{}' in {}", name, file->path()));
   }
   if (!problems.empty()) {

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "odyssey/core/error.h"
+#include "odyssey/core/string_view_hash.h"
 
 namespace odyssey {
 
@@ -24,11 +25,6 @@ namespace {
 constexpr std::string_view kSpace =
     "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
     "\\x{205F}\\x{3000}";
-
-struct SvHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
 
 // (left rank, right rank) -> rank of the concatenation (which is the merged token's id), open
 // addressing: probed once per candidate pair, the hot lookup of the merge loop.
@@ -192,8 +188,8 @@ struct BpeTokenizer::Impl {
   std::string name;
   std::vector<std::string> token_bytes;  // id -> bytes (ranks, then special literals)
   std::vector<bool> is_token;            // false for ids in gaps between ranks and special tokens
-  std::unordered_map<std::string, int, SvHash, std::equal_to<>> rank_of;  // bytes -> rank
-  std::array<int, 256> byte_rank{};                                       // single byte -> rank
+  std::unordered_map<std::string, int, StringViewHash, std::equal_to<>> rank_of;  // bytes -> rank
+  std::array<int, 256> byte_rank{};                                               // single byte -> rank
   std::unique_ptr<MergeTable> merges;
   std::vector<std::pair<std::string, int>> specials;
   std::array<bool, 256> special_first{};  // bytes that start some special token

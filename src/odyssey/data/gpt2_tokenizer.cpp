@@ -11,6 +11,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/core/string_view_hash.h"
 
 namespace odyssey {
 
@@ -62,11 +63,6 @@ std::string read_vocab_file(const std::string& path) {
   return read_text_file(path);
 }
 
-struct SvHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
-
 }  // namespace
 
 BpeVocabulary parse_gpt2_vocabulary(std::string_view encoder_json, std::string_view vocab_bpe,
@@ -83,7 +79,7 @@ BpeVocabulary parse_gpt2_vocabulary(std::string_view encoder_json, std::string_v
   const size_t n = encoder.size();
   std::vector<std::string> token_bytes(n);
   std::vector<bool> seen(n, false);
-  std::unordered_map<std::string, int, SvHash, std::equal_to<>> id_of;  // bytes -> id, eot excluded
+  std::unordered_map<std::string, int, StringViewHash, std::equal_to<>> id_of;  // bytes -> id, eot excluded
   int eot = -1;
   std::string bytes;
   for (const auto& [name, value] : encoder.items()) {

@@ -13,12 +13,11 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/hadamard.h"
+#include "odyssey/kernels/parallel_min.h"
 
 namespace odyssey {
 
 namespace {
-
-constexpr size_t kParallelMin = size_t{1} << 15;  // elements; below this threads cost more than they save
 
 void check_format(const QuantFormat& f, size_t n, const char* what) {
   ODY_CHECK(f.bits == 8 || f.bits == 4, "{}: bits must be 8 or 4, got {}", what, f.bits);
@@ -167,7 +166,7 @@ void inverse_hadamard(float* x, size_t len) {
 template <typename Body>
 void for_each_group(size_t n, size_t group, size_t scratch_size, Body&& body) {
   const size_t groups = (n + group - 1) / group;
-#pragma omp parallel if (n >= kParallelMin)
+#pragma omp parallel if (n >= kParallelMinElements)
   {
     Scratch scratch(scratch_size);
 #pragma omp for schedule(static)

@@ -22,16 +22,16 @@ namespace {
 
 // A run of dense elements this rank holds, and where they sit in its parameter and moment storage
 // and (stages 1-2) in the padded model-weight replica.
-struct Run {
+struct DenseRun {
   int64_t begin = 0, end = 0;
   int64_t param_at = 0, state_at = 0, replica_at = 0;
 };
 
 // Everything the rank's partition keeps locally (stage 0: the whole buffer, a one-rank partition).
-std::vector<Run> local_runs(const ZeroEngine& engine) {
+std::vector<DenseRun> local_runs(const ZeroEngine& engine) {
   const Partition& part = engine.partition();
   const int r = part.rank();
-  std::vector<Run> runs;
+  std::vector<DenseRun> runs;
   for (const Partition::Segment& seg : part.segments()) {
     const Range valid = seg.layout.valid_range(r);
     if (valid.empty()) continue;
@@ -44,12 +44,12 @@ std::vector<Run> local_runs(const ZeroEngine& engine) {
 }
 
 // What this dp rank writes: its shard, or under ZeRO-0 (everything replicated) an equal share.
-std::vector<Run> written_runs(const ZeroEngine& engine, int dp_size, int dp_rank) {
-  std::vector<Run> runs = local_runs(engine);
+std::vector<DenseRun> written_runs(const ZeroEngine& engine, int dp_size, int dp_rank) {
+  std::vector<DenseRun> runs = local_runs(engine);
   if (engine.stage() > 0) return runs;
   const Range share = ShardLayout(engine.partition().dense_total(), dp_size).valid_range(dp_rank);
-  std::vector<Run> clipped;
-  for (const Run& run : runs) {
+  std::vector<DenseRun> clipped;
+  for (const DenseRun& run : runs) {
     const int64_t b = std::max(run.begin, share.begin), e = std::min(run.end, share.end);
     if (b < e)
       clipped.push_back({b, e, run.param_at + (b - run.begin), run.state_at + (b - run.begin),
@@ -91,15 +91,15 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
   struct Kind {
     std::string name;
     const float* storage;
-    int64_t Run::*at;  // where a run sits in this storage
+    int64_t DenseRun::*at;  // where a run sits in this storage
   };
   auto kinds_of = [](const ZeroEngine& engine) {
-    std::vector<Kind> kinds = {{"params", engine.param_storage(), &Run::param_at}};
+    std::vector<Kind> kinds = {{"params", engine.param_storage(), &DenseRun::param_at}};
     const std::vector<std::string>& state_names = engine.optimizer().state_names();
     for (size_t k = 0; k < state_names.size(); ++k)
-      kinds.push_back({state_names[k], engine.state_storage(k), &Run::state_at});
+      kinds.push_back({state_names[k], engine.state_storage(k), &DenseRun::state_at});
     if (engine.has_weight_replica())
-      kinds.push_back({"weights", engine.model_weights().data(), &Run::replica_at});
+      kinds.push_back({"weights", engine.model_weights().data(), &DenseRun::replica_at});
     ODY_CHECK(kinds.size() <= kMaxKinds, "checkpoint: {} kinds of state, at most {}", kinds.size(),
               kMaxKinds);
     return kinds;
@@ -112,8 +112,8 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
   std::vector<Report> mine(P);
   for (size_t p = 0; p < P; ++p) {
     const CheckpointPart& part = parts[p];
-    std::vector<Run> runs;
-    for (const Run& run : written_runs(*part.engine, dp.size(), dp.rank())) {
+    std::vector<DenseRun> runs;
+    for (const DenseRun& run : written_runs(*part.engine, dp.size(), dp.rank())) {
       // The run minus the skipped range (before it and after it).
       for (auto [b, e] :
            {std::pair{run.begin, part.skip.empty() ? run.end : std::min(run.end, part.skip.begin)},
@@ -125,7 +125,7 @@ std::string save_sharded_checkpoint(Communicator& writers, Communicator& dp,
     const std::vector<Kind> part_kinds = kinds_of(*part.engine);
     for (size_t k = 0; k < part_kinds.size(); ++k) {
       std::vector<DenseRange> pieces;
-      for (const Run& run : runs)
+      for (const DenseRun& run : runs)
         pieces.push_back({run.begin, run.end, part_kinds[k].storage + run.*part_kinds[k].at});
       if (tp && part_kinds[k].name == "params") check_tp_replicas(*tp, *part.table, pieces);
       pause_for_tests();
@@ -232,7 +232,7 @@ CheckpointState load_sharded_checkpoint(const std::string& dir, ZeroEngine& engi
   check_sliced_manifest(dir, state, &table, part);
   // Read only what this rank keeps; the rest of the (zeroed) dense buffers is never used.
   std::vector<DenseRange> all = {{0, table.total()}}, mine;
-  for (const Run& run : local_runs(engine)) mine.push_back({run.begin, run.end});
+  for (const DenseRun& run : local_runs(engine)) mine.push_back({run.begin, run.end});
   std::vector<DenseRange> param_ranges;
   for (const Range& r : engine.param_ranges_loaded()) param_ranges.push_back({r.begin, r.end});
   read_slices(dir, state, table, "params", param_ranges, params.data());
