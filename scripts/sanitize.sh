@@ -12,8 +12,6 @@
 #       fuzz targets' replay over their committed corpora, and a representative multi-rank set at 2
 #       and 4 ranks (ci_mpi_tests below: every collective and the process grid, two-level reductions,
 #       ZeRO 1-3 steps through the trainer's train_step, the pipeline runtime), each run directly
-#   bash scripts/sanitize.sh --ci --build-only   only builds what --ci runs (scripts/test.sh starts it
-#       at idle priority beside the Release tests)
 # Measured on this project's 2-core machines: the whole pass takes ~9.5 min to build, 4.4 min for the
 # unit tests and 6.9 min for the multi-rank tests; --ci: see the README's Reliability section.
 set -euo pipefail
@@ -46,7 +44,6 @@ fi
 started=$SECONDS
 ninja -C "$BUILD" -j"$(nproc)" "${ci_targets[@]}"
 echo "sanitize: the build took $((SECONDS - started)) s" >&2
-[ "${1:-}" = --build-only ] && exit 0
 started=$SECONDS
 # fast_unwind_on_malloc=0: Open MPI's libraries keep no frame pointers, so only the slow unwinder
 # reaches the frames in libmpi / mca_* that the suppressions name. It unwinds on every malloc and
