@@ -30,8 +30,9 @@ bash scripts/build.sh
 wait $fetch || { cat "$fetch_log" >&2; echo "test.sh: fetching the test corpora failed" >&2; exit 1; }
 stage_done "the Release build (the test corpora fetched beside it)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# Not beside ctest: its waiting MPI ranks yield the CPU rather than sleep, so even a build at idle
-# priority (SCHED_IDLE) took their time (ctest 340 s -> 674 s, 70 s more in all).
+# The sanitizer build is not started beside ctest: its waiting MPI ranks yield the CPU rather than
+# sleep, so even a build at idle priority (SCHED_IDLE) took their time (tried: a clean clone's ctest
+# took 674 s instead of ~400 s, and the whole run longer).
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j2 --timeout 900
 stage_done "ctest"
 if [ "${ODYSSEY_SANITIZE_TESTS:-1}" != 0 ]; then
