@@ -42,10 +42,14 @@ if [ "${1:-}" = --ci ]; then
   done
   ci_targets+=("${ci_mpi_tests[@]}" "${ci_fuzz[@]/#/fuzz_replay_}")
 fi
+# Each part's wall time, to stderr (scripts/test.sh does the same per stage).
 started=$SECONDS
+part_done() {
+  echo "sanitize: $1 took $((SECONDS - started)) s" >&2
+  started=$SECONDS
+}
 ninja -C "$BUILD" -j"$(nproc)" "${ci_targets[@]}"
-echo "sanitize: the build took $((SECONDS - started)) s" >&2
-started=$SECONDS
+part_done "the build"
 # fast_unwind_on_malloc=0: Open MPI's libraries keep no frame pointers, so only the slow unwinder
 # reaches the frames in libmpi / mca_* that the suppressions name. It unwinds on every malloc and
 # free, 6-7x slower in the allocation-heavy tests (a checkpoint round trip: 45 s -> 294 s), so --ci
@@ -90,17 +94,15 @@ if [ ${#ci_targets[@]} -gt 0 ]; then
     cat "$logs/$t.log" >&2
     failed "$t"
   done
-  echo "sanitize: the unit tests took $((SECONDS - started)) s" >&2
-  started=$SECONDS
+  part_done "the unit tests"
   for name in "${ci_fuzz[@]}"; do without_mpi "$BUILD/fuzz/fuzz_replay_$name" "fuzz/corpus/$name" || failed "fuzz_replay_$name"; done
-  echo "sanitize: the fuzz corpus replays took $((SECONDS - started)) s" >&2
-  started=$SECONDS
+  part_done "the fuzz corpus replays"
   for t in "${ci_mpi_tests[@]}"; do
     for np in 2 4; do
       OMP_NUM_THREADS=1 mpirun -np $np --oversubscribe "$BUILD/tests/$t" --gtest_brief=1 || failed "$t at $np ranks"
     done
   done
-  echo "sanitize: the multi-rank tests took $((SECONDS - started)) s" >&2
+  part_done "the multi-rank tests"
   echo "sanitize: $units unit test executables, ${#ci_fuzz[@]} fuzz corpus replays and ${#ci_mpi_tests[@]} multi-rank" \
     "test executables at 2 and 4 ranks passed under ASan + UBSan"
   exit 0

@@ -8,6 +8,8 @@
 
 #include <omp.h>
 
+#include "odyssey/kernels/parallel_min.h"
+
 namespace odyssey {
 
 void embedding_forward(float* out, const int* tokens, const int* positions, const float* wte,
@@ -32,7 +34,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int* 
   // so two threads rarely write the same cache line.
   constexpr int kSlice = 16;
   const int slices = (C + kSlice - 1) / kSlice;
-#pragma omp parallel if (static_cast <size_t>(N) * C >= (size_t{1} << 15))
+#pragma omp parallel if (static_cast <size_t>(N) * C >= kParallelMinElements)
   {
     const int threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int c0 = std::min(C, slices * t / threads * kSlice);
