@@ -18,8 +18,11 @@
 #include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/params.h"
 
+#include "checkpoint_test_util.h"
+
 namespace fs = std::filesystem;
 using namespace odyssey;
+using odyssey::testing_checkpoint::error_of;
 
 namespace {
 
@@ -34,20 +37,6 @@ ModelConfig ref_config() {
   c.vocab_size = 67;
   return c;
 }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an odyssey::Error";
-  return "";
-}
-
-#define EXPECT_HAS(msg, needle) \
-  EXPECT_NE((msg).find(needle), std::string::npos) << "'" << (needle) << "' not in: " << (msg)
 
 // A writable copy of a safetensors file's tensors, to damage on purpose.
 struct OwnedTensor {

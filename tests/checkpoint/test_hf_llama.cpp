@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,8 +18,11 @@
 #include "odyssey/core/file_util.h"
 #include "odyssey/model/params.h"
 
+#include "checkpoint_test_util.h"
+
 namespace fs = std::filesystem;
 using namespace odyssey;
+using odyssey::testing_checkpoint::error_of;
 
 namespace {
 
@@ -39,19 +41,6 @@ std::vector<float> random_params(const ModelConfig& c) {
   for (size_t i = 0; i < p.size(); ++i) p[i] = std::sin(0.7f * float(i) + 0.1f);
   return p;
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an odyssey::Error";
-  return "";
-}
-
-#define EXPECT_HAS(msg, needle) \
-  EXPECT_NE((msg).find(needle), std::string::npos) << "'" << (needle) << "' not in: " << (msg)
 
 class HfLlama : public ::testing::Test {
  protected:

@@ -11,10 +11,13 @@
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 
+#include "checkpoint_test_util.h"
+
 namespace fs = std::filesystem;
 using odyssey::SafetensorsFile;
 using odyssey::StDtype;
 using odyssey::StTensorRef;
+using odyssey::testing_checkpoint::error_of;
 
 namespace {
 
@@ -43,17 +46,6 @@ class SafetensorsTest : public ::testing::Test {
 
   fs::path dir_;
 };
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const odyssey::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an odyssey::Error";
-  return "";
-}
 
 // Expects opening the file to fail with a message containing the path and every needle.
 void expect_open_error(const std::string& p, std::vector<std::string> needles) {

@@ -15,17 +15,16 @@
 #include "odyssey/data/gpt2_tokenizer.h"
 #include "odyssey/data/tokenizer.h"
 
+#include "data_test_util.h"
+
 using namespace odyssey;
 namespace fs = std::filesystem;
 
-namespace {
+using odyssey::testing_data::cache_dir;
+using odyssey::testing_data::concat;
+using odyssey::testing_data::printable;
 
-// The cache of fetched data (scripts/fetch_gpt2_vocab.sh, scripts/fetch_brown.sh): $ODYSSEY_CACHE, or
-// <repo>/cache. The vocabulary is not committed (1.5 MB); CI fetches it before running the tests.
-fs::path cache_dir() {
-  if (const char* env = std::getenv("ODYSSEY_CACHE"); env != nullptr && *env != '\0') return env;
-  return fs::path(ODYSSEY_TEST_DATA).parent_path().parent_path() / "cache";
-}
+namespace {
 
 fs::path vocab_dir() {
   return cache_dir() / "gpt2";
@@ -46,19 +45,8 @@ const Gpt2Tokenizer& gpt2() {
   return *tok;
 }
 
-std::string printable(const std::string& s) {
-  std::string out = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return out.size() > 120 ? out.substr(0, 120) + "...\"" : out;
-}
-
 nlohmann::json reference_cases() {
   return nlohmann::json::parse(read_text_file(std::string(ODYSSEY_TEST_DATA) + "/gpt2_tokenizer_cases.json"));
-}
-
-std::vector<int> concat(std::initializer_list<std::vector<int>> parts) {
-  std::vector<int> out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
 }
 
 }  // namespace

@@ -19,16 +19,16 @@
 #include "odyssey/data/tiktoken_vocabulary.h"
 #include "odyssey/data/tokenizer.h"
 
+#include "data_test_util.h"
+
 using namespace odyssey;
 namespace fs = std::filesystem;
 
-namespace {
+using odyssey::testing_data::cache_dir;
+using odyssey::testing_data::concat;
+using odyssey::testing_data::printable;
 
-// The fetched files (scripts/fetch_tokenizer.sh <name>): $ODYSSEY_CACHE, or <repo>/cache.
-fs::path cache_dir() {
-  if (const char* env = std::getenv("ODYSSEY_CACHE"); env != nullptr && *env != '\0') return env;
-  return fs::path(ODYSSEY_TEST_DATA).parent_path().parent_path() / "cache";
-}
+namespace {
 
 const BpeTokenizer* load(const std::string& name) {
   static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
@@ -48,17 +48,6 @@ const nlohmann::json& reference() {
   static const auto ref =
       nlohmann::json::parse(read_text_file(std::string(ODYSSEY_TEST_DATA) + "/tiktoken_cases.json"));
   return ref;
-}
-
-std::string printable(const std::string& s) {
-  std::string out = nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return out.size() > 120 ? out.substr(0, 120) + "...\"" : out;
-}
-
-std::vector<int> concat(std::initializer_list<std::vector<int>> parts) {
-  std::vector<int> out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
 }
 
 class Tiktoken : public ::testing::TestWithParam<std::string> {};

@@ -16,7 +16,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace cross_entropy_test {
 
 constexpr int N = 37 * 3, V = 67;
 
@@ -197,4 +198,4 @@ TEST(VecMath, SumExpShiftedMatchesADoubleSum) {
   }
 }
 
-}  // namespace
+}  // namespace cross_entropy_test

@@ -12,7 +12,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace embedding_test {
 
 constexpr int N = 37 * 3, C = 40, V = 67, maxT = 50;
 
@@ -71,4 +72,4 @@ TEST(Embedding, BackwardIsDeterministicAcrossThreadCounts) {
   for (size_t i = 1; i < results.size(); ++i) EXPECT_EQ(results[0], results[i]);
 }
 
-}  // namespace
+}  // namespace embedding_test

@@ -15,7 +15,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace layernorm_test {
 
 constexpr int N = 37 * 3, C = 40;
 constexpr double kEps = 1e-5;
@@ -156,4 +157,4 @@ TEST(LayerNorm, BackwardInPiecesIsBitwiseOneCall) {
   }
 }
 
-}  // namespace
+}  // namespace layernorm_test

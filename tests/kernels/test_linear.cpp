@@ -11,7 +11,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace linear_test {
 
 constexpr int N = 37 * 3, C = 40, OC = 67;
 
@@ -70,4 +71,4 @@ TEST(Linear, BackwardWithoutOptionalGradients) {
   EXPECT_EQ(dw_full, dw_partial);
 }
 
-}  // namespace
+}  // namespace linear_test

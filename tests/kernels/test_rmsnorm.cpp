@@ -13,7 +13,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace rmsnorm_test {
 
 constexpr int N = 37 * 3, C = 40;
 constexpr float kEps = 1e-5f;
@@ -118,4 +119,4 @@ TEST(RMSNorm, BackwardInPiecesIsBitwiseOneCall) {
   }
 }
 
-}  // namespace
+}  // namespace rmsnorm_test

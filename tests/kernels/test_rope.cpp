@@ -15,7 +15,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace rope_test {
 
 struct Counts {
   int kept = 0, smoothed = 0, divided = 0;
@@ -145,4 +146,4 @@ TEST(Rope, BackwardIsTheAdjointAndTheInverse) {
   expect_close(x, to_double(original), 1e-6, 1e-6, "backward(forward(x))");
 }
 
-}  // namespace
+}  // namespace rope_test

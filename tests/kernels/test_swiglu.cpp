@@ -13,7 +13,8 @@
 using namespace odyssey;
 using namespace odyssey::test;
 
-namespace {
+// Named, not anonymous: test_kernels' unity batches join files that each have their own N, C, ...
+namespace swiglu_test {
 
 constexpr int N = 37, F = 23;
 
@@ -46,4 +47,4 @@ TEST(SwiGLU, BackwardMatchesFiniteDifferences) {
   }
 }
 
-}  // namespace
+}  // namespace swiglu_test

@@ -24,7 +24,7 @@ ModelConfig tiny() {
 
 constexpr int kB = 2, kT = 37, kN = kB * kT;
 
-struct Result {
+struct HeadResult {
   double loss;
   int64_t count;
   std::vector<float> grads;
@@ -32,7 +32,7 @@ struct Result {
 
 // One forward, loss and backward with the LM head in chunks of head_chunk tokens. Targets of rows
 // 20..35 are ignored (-1), so with a chunk of 16 tokens one chunk counts nothing.
-Result run(int head_chunk) {
+HeadResult run(int head_chunk) {
   GPT2 model(tiny());
   init_parameters(model.params(), model.table(), model.config(), 7);
   model.set_memory(MemoryOptions{CheckpointPolicy::none, head_chunk});
@@ -41,7 +41,7 @@ Result run(int head_chunk) {
     in[size_t(i)] = (i * 31 + 5) % 67;
     tg[size_t(i)] = i >= 20 && i < 36 ? -1 : (i * 17 + 3) % 67;
   }
-  Result r;
+  HeadResult r;
   model.zero_grads();
   r.loss = model.forward_backward(in.data(), tg.data(), nullptr, kB, kT, 1.0f / kN, &r.count);
   r.grads.assign(model.grads(), model.grads() + model.num_params());
@@ -49,11 +49,11 @@ Result run(int head_chunk) {
 }
 
 TEST(ChunkedHead, MatchesTheOneChunkHead) {
-  const Result whole = run(0);
+  const HeadResult whole = run(0);
   EXPECT_EQ(whole.count, kN - 16);
   const ParamTable table(tiny());
   for (int chunk : {1, 7, 16, 50, kN - 1}) {
-    const Result r = run(chunk);
+    const HeadResult r = run(chunk);
     EXPECT_EQ(r.count, whole.count);
     EXPECT_LE(std::abs(r.loss / whole.loss - 1), 1e-6) << "chunk " << chunk;
     for (const ParamInfo& t : table.tensors()) {
@@ -68,14 +68,14 @@ TEST(ChunkedHead, MatchesTheOneChunkHead) {
 }
 
 TEST(ChunkedHead, AChunkCoveringEveryTokenIsTheOneChunkHead) {
-  const Result whole = run(0), covering = run(kN), larger = run(4096);
+  const HeadResult whole = run(0), covering = run(kN), larger = run(4096);
   EXPECT_EQ(covering.loss, whole.loss);
   EXPECT_EQ(covering.grads, whole.grads);
   EXPECT_EQ(larger.grads, whole.grads);
 }
 
 TEST(ChunkedHead, RepeatedRunsAreBitwiseEqual) {
-  const Result a = run(16), b = run(16);
+  const HeadResult a = run(16), b = run(16);
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.grads, b.grads);
 }

@@ -66,11 +66,12 @@ struct Case {
 };
 
 // max |ours - ref| and max |ref| over a tensor; mask (if given) selects the elements compared.
-struct Error {
+struct Deviation {
   double diff = 0, scale = 0;
 };
-Error error(const float* ours, const std::vector<float>& ref, const std::vector<bool>* mask = nullptr) {
-  Error e;
+Deviation deviation(const float* ours, const std::vector<float>& ref,
+                    const std::vector<bool>* mask = nullptr) {
+  Deviation e;
   for (size_t i = 0; i < ref.size(); ++i) {
     e.scale = std::max(e.scale, std::abs(double(ref[i])));
     if (!mask || (*mask)[i]) e.diff = std::max(e.diff, std::abs(double(ours[i]) - ref[i]));
@@ -102,7 +103,7 @@ void expect_weights(const Case& c, const Llama& m, const std::vector<float>& bef
             << p.name;
       }
     }
-    const Error e = error(m.param(p), want, &ok);
+    const Deviation e = deviation(m.param(p), want, &ok);
     EXPECT_LE(e.diff, 1e-5 * e.scale) << prefix << p.name << ": max error " << e.diff << " of " << e.scale;
   }
 }
@@ -118,7 +119,7 @@ TEST(LlamaReference, LossAndGradientsMatchFloat64) {
       for (const ParamInfo& p : m->table().tensors()) {
         const std::vector<float> g = c.ref.read_f32("grad." + p.name);
         ASSERT_EQ(int64_t(g.size()), p.numel) << p.name;
-        const Error e = error(m->grad(p), g);
+        const Deviation e = deviation(m->grad(p), g);
         EXPECT_GT(e.scale, 0) << p.name;
         EXPECT_LE(e.diff, 1e-4 * e.scale) << p.name << ": max error " << e.diff << " of " << e.scale;
       }
@@ -137,7 +138,7 @@ TEST(LlamaReference, AdamWStepOnReferenceGradients) {
     std::vector<float> mom(size_t(m->table().total())), var(mom.size());
     adamw_step(*m, mom, var, 1, 1.0f);
     for (const ParamInfo& p : m->table().tensors()) {
-      const Error e = error(m->param(p), c.ref.read_f32("after_step." + p.name));
+      const Deviation e = deviation(m->param(p), c.ref.read_f32("after_step." + p.name));
       EXPECT_LE(e.diff, 1e-5 * e.scale) << p.name;
     }
   }
