@@ -133,11 +133,7 @@ void abort_job(const std::string& message) {
     // Alone, a plain exit is enough and avoids Open MPI's abort banner.
     std::fprintf(stderr, "%s: error: %s\n", g_program.c_str(), message.c_str());
     std::fflush(stderr);
-    g_world.reset();
-    if (active) {
-      OpenMpiState untracked;
-      MPI_Finalize();
-    }
+    finalize_runtime();
   }
   std::_Exit(1);
 }
