@@ -20,7 +20,7 @@ template <typename F>
 void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, int T,
                          const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows, F&& f) {
   for_each_stage_buffer<Gpt2Activations, Gpt2LayerActs>(c, range, B, T, memory, split, vocab_rows, f);
-  f(&Gpt2Activations::lnf_params, range.head(c) ? 2 * size_t(c.d_model) : 0);
+  f(&Gpt2Activations::final_norm, range.head(c) ? 2 * size_t(c.d_model) : 0);
 }
 
 }  // namespace
@@ -31,7 +31,7 @@ void Gpt2Activations::allocate(const ModelConfig& c, const StageRange& range_, i
   const bool sized =
       allocate_stage(*this, c, range_, B_, T_, shared_qkv_, memory, split_, query_chunks_,
                      [&](auto f) { for_each_own_buffer(c, range_, B_, T_, memory, split_, vocab_rows, f); });
-  if (sized) lnf_sums.reset(range.head(c) ? int(2 * c.d_model) : 0);
+  if (sized) final_norm_sums.reset(range.head(c) ? int(2 * c.d_model) : 0);
 }
 
 size_t Gpt2Activations::bytes() const {
@@ -74,104 +74,37 @@ Logits GPT2::logits(const StageActivations& acts) const {
 
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
                    int T) {
-  const ModelConfig& c = config_;
-  ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
-  ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
-  ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
-  Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const bool emb = range_.embeddings();
-  ODY_CHECK(emb || a.input,
-            "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
-            range_.layer_begin, range_.layer_end);
-  const QueryChunks qc = query_chunking(B, T);
-  a.allocate(c, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(), vocab_->rows(c.vocab_size),
-             qc);
-  a.head_backward_done = false;
-  const int N = B * T, C = c.d_model;
-  take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
+  Gpt2Activations& a = start_forward<Gpt2Activations>(acts, inputs, targets, positions, B, T);
   auto w = [this](const ParamInfo& t) { return param(t); };
-  OpObserver* o = observer_;
-  const float* input = a.input;
-  if (emb) {
-    hooks_->before_forward(0);
-    float* e = a.kept.embeddings_output(a.encoded);
-    input = e;
-    vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), w(*names_.wte), w(*names_.wpe), N, C,
-                              memory_.chunk_tokens, o);
-    a.kept.keep_embeddings_output();
-    hooks_->after_forward(0);
-  }
+  const float* input = forward_embeddings(a, *names_.wte, names_.wpe);
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l) {
                    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, *linears_,
-                                      a.scratch, shape(a), o);
+                                      a.scratch, shape(a), observer_);
                  });
-  if (!has_head()) return;
-  // The final norm's forward use: its weight and bias for loss(), which runs it chunk by chunk with the
-  // head (no [N, C] norm output).
-  hooks_->before_forward(final_unit());
-  std::copy(w(*names_.lnf_w), w(*names_.lnf_w) + C, a.lnf_params.data());
-  std::copy(w(*names_.lnf_b), w(*names_.lnf_b) + C, a.lnf_params.data() + C);
-  hooks_->after_forward(final_unit());
-  // The tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
-  if (head_unit() != final_unit()) {
-    hooks_->before_forward(head_unit());
-    hooks_->after_forward(head_unit());
-  }
+  forward_final_units(a, *names_.lnf_w, names_.lnf_b);
 }
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  // Recomputing policies keep the head's input in dres, which a loss with a gradient overwrites.
-  ODY_CHECK(!(a.head_backward_done && a.kept.recomputes_layers()),
-            "loss: a loss with a gradient already ran since the forward (memory.checkpoint = {} keeps the "
-            "last layer's output where its gradient now is); run forward again",
-            enum_name(kCheckpointPolicyNames, a.kept.policy));
-  const int C = config_.d_model;
-  FinalNorm norm;
-  norm.weight = a.lnf_params.data(), norm.bias = a.lnf_params.data() + C;
-  norm.sums = &a.lnf_sums;
-  float* block =
-      place_lm_head(a.head_buffers(), norm, a.head_chunk, split(), vocab_->rows(config_.vocab_size), C);
-  const double sum = head_loss(a.output(), norm, names_.wte, a.targets.data(), a.losses.data(), block,
-                               a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
-  a.head_backward_done = dloss > 0;
-  return sum;
+  FinalNorm norm;  // a LayerNorm: weight [C], bias [C]
+  norm.weight = a.final_norm.data(), norm.bias = a.final_norm.data() + config_.d_model;
+  return stage_loss(a, norm, names_.wte, dloss, count);
 }
 
 void GPT2::backward(StageActivations& acts) {
-  const ModelConfig& c = config_;
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  const int N = a.B * a.T, C = c.d_model, R = int(split().rows(N));
   auto w = [this](const ParamInfo& t) { return param(t); };
   auto d = [this](const ParamInfo& t) { return grad(t); };
-  OpObserver* o = observer_;
-  const bool emb = range_.embeddings();
-
-  if (has_head()) {
-    ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
-    a.head_backward_done = false;
-    // loss() left d(last layer output) in dres and the final norm's weight gradients in lnf_sums.
-    if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    a.lnf_sums.finish(d(*names_.lnf_w), d(*names_.lnf_b));
-    hooks_->after_backward(final_unit());
-  } else {
-    ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",
-              range_.layer_begin, range_.layer_end);
-    std::copy(a.output_grad, a.output_grad + size_t(R) * C, a.dres.data());
-  }
-  const float* input = emb ? a.encoded.data() : a.input;
-  backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+  backward_final_units(a, *names_.lnf_w, names_.lnf_b);
+  backward_layers(a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_,
+                  layer_unit(range_.layer_begin),
                   [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
                     gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
                                         resolve_layer(names_.layer(l), d), *attention_, backward_linears(),
-                                        a.scratch, shape(a), o, re);
+                                        a.scratch, shape(a), observer_, re);
                   });
-  if (!emb) return;                                                   // a.dres holds d(input)
-  if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
-  vocab_->embedding_backward(d(*names_.wte), d(*names_.wpe), a.dres.data(), a.tokens.data(),
-                             a.positions.data(), N, C, memory_.chunk_tokens, o);
-  hooks_->after_backward(0);
+  backward_embeddings(a, *names_.wte, names_.wpe);
 }
 
 // --- incremental inference ----------------------------------------------------------------------

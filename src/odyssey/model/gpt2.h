@@ -39,27 +39,9 @@
 
 namespace odyssey {
 
-// Activations of one micro-batch of B rows x T tokens (N = B*T), kept for backward.
-struct Gpt2Activations : StageActivations {
-  int B = 0, T = 0;
-  StageRange range;                      // the layers held (resolved)
-  TpSplit split;                         // how the layers are split over tensor parallelism
-  bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
-  QueryChunks query_chunks;              // whether the attention runs per query chunk (gpt2_block.h)
-  IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
-  FloatBuffer encoded;                   // [R, C] (R = split.rows(N): all N or this rank's TP-SP slice)
-  KeptLayers<Gpt2LayerActs> kept;        // per layer, as the checkpoint policy keeps them
-  FloatBuffer lnf_params;                // [2C] the final norm's weight and bias, taken at its forward use
-  NormGradSums lnf_sums;                 // [2C] d(final norm weight, bias) from loss() until backward()
-  FloatBuffer head_own;  // the head's buffers (lm_head_floats: one chunk's logits, dlogits in training, and
-                         // the final norm's chunk buffers) unless it borrows the scratch (head_buffers())
-  int head_chunk = 0;    // rows per LM-head chunk (N: one chunk)
-  int layer_chunk = 0;   // memory.chunk_tokens: rows per token-local chunk of a layer
-  bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
-  FloatBuffer losses;               // [N]
-  FloatBuffer dres;                 // [R, C] d(residual stream), carried down through the layers
-  Gpt2BlockScratch scratch;         // shared by the layers
-
+// Activations of one micro-batch, kept for backward (LayeredActivations); the final norm's parameters
+// are a LayerNorm's weight and bias [2C].
+struct Gpt2Activations : LayeredActivations<Gpt2LayerActs, Gpt2BlockScratch> {
   // For the layers of `range` (resolved) and, with the head, the final norm and logits.
   // split: the layers' tensor-parallel split (rows of the logits block: vocab_rows).
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv = false,
@@ -72,12 +54,6 @@ struct Gpt2Activations : StageActivations {
                           bool shared_qkv = false, const MemoryOptions& memory = {},
                           const TpSplit& split = {}, int64_t vocab_rows = 0,
                           const QueryChunks& query_chunks = {});
-
-  // The head's buffers: its own, or on long sequences the scratch's (lm_head_borrows_scratch).
-  float* head_buffers() { return head_own.size() ? head_own.data() : scratch.head_grad(); }
-  const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
-  OffloadStats offload() const override { return kept.offload(); }
-  const float* input_grad() const override { return dres.data(); }
 };
 using Activations = Gpt2Activations;
 

@@ -318,6 +318,40 @@ size_t layers_bytes_for(const ModelConfig& c, const StageRange& range, int B, in
          Scratch::bytes_for(c, B, T, shared_qkv, true, memory.chunk_tokens, split, q);
 }
 
+// What every architecture's stage keeps of one micro-batch of B rows x T tokens (N = B*T) between its
+// forward and its backward, R = split.rows(N) residual rows (all N, or this rank's TP-SP slice).
+// LayerActs and Scratch are the architecture's block buffers (model/<arch>_block.h); an architecture
+// derives from it and adds its own buffers (Llama: the RoPE tables).
+template <typename LayerActs, typename Scratch>
+struct LayeredActivations : StageActivations {
+  int B = 0, T = 0;
+  StageRange range;                      // the layers held (resolved)
+  TpSplit split;                         // how the layers are split over tensor parallelism
+  bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  QueryChunks query_chunks;              // whether the attention runs per query chunk
+  IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
+  FloatBuffer encoded;                   // [R, C] the embeddings' output (with the embeddings)
+  KeptLayers<LayerActs> kept;            // per layer, as the checkpoint policy keeps them
+  // With the head: the final norm's weight [C] (then a LayerNorm's bias [C]), taken at its forward
+  // use, and d(those) from loss() until backward().
+  FloatBuffer final_norm;
+  NormGradSums final_norm_sums;
+  FloatBuffer head_own;  // the head's buffers (lm_head_floats: one chunk's logits, dlogits in training, and
+                         // the final norm's chunk buffers) unless it borrows the scratch (head_buffers())
+  int head_chunk = 0;    // rows per LM-head chunk (N: one chunk)
+  int layer_chunk = 0;   // memory.chunk_tokens: rows per token-local chunk of a layer
+  bool head_backward_done = false;  // the last loss() ran with dloss: backward() may follow
+  FloatBuffer losses;               // [N]
+  FloatBuffer dres;                 // [R, C] d(residual stream), carried down through the layers
+  Scratch scratch;                  // shared by the layers
+
+  // The head's buffers: its own, or on long sequences the scratch's (lm_head_borrows_scratch).
+  float* head_buffers() { return head_own.size() ? head_own.data() : scratch.head_grad(); }
+  const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
+  OffloadStats offload() const override { return kept.offload(); }
+  const float* input_grad() const override { return dres.data(); }
+};
+
 // The stage buffers every architecture's activations A have, written once: f(&A::buffer, elements) for
 // each (allocate resizes them, bytes_for sums them, bytes() sums what they hold: every buffer is visited
 // at every shape, with 0 elements when it holds none). encoded (with the embeddings, unless kept on

@@ -45,7 +45,7 @@ void for_each_own_buffer(const ModelConfig& c, const StageRange& range, int B, i
   const size_t N = size_t(B) * T, half = size_t(c.head_dim()) / 2;
   for_each_stage_buffer<A, LlamaLayerActs>(c, range, B, T, memory, split, vocab_rows, f);
   f(&A::rope_cos, N * half), f(&A::rope_sin, N * half);
-  f(&A::fn_weight, range.head(c) ? size_t(c.d_model) : 0);
+  f(&A::final_norm, range.head(c) ? size_t(c.d_model) : 0);
 }
 
 }  // namespace
@@ -56,7 +56,7 @@ void LlamaActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   const bool sized =
       allocate_stage(*this, c, range_, B_, T_, shared_qkv_, memory, split_, query_chunks_,
                      [&](auto f) { for_each_own_buffer(c, range_, B_, T_, memory, split_, vocab_rows, f); });
-  if (sized) fn_sums.reset(range.head(c) ? c.d_model : 0);
+  if (sized) final_norm_sums.reset(range.head(c) ? c.d_model : 0);
 }
 
 size_t LlamaActivations::bytes() const {
@@ -93,111 +93,46 @@ Logits Llama::logits(const StageActivations& acts) const {
 void Llama::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions,
                     int B, int T) {
   const ModelConfig& c = config_;
-  ODY_CHECK(B > 0 && T > 0, "forward: empty batch (B={}, T={})", B, T);
-  ODY_CHECK(T <= c.seq_len, "sequence length {} exceeds the model's context model.seq_len={}", T, c.seq_len);
-  ODY_CHECK(int64_t(B) * T <= std::numeric_limits<int>::max(), "forward: {} x {} tokens overflow", B, T);
-  LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  const bool emb = range_.embeddings();
-  ODY_CHECK(emb || a.input,
-            "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
-            range_.layer_begin, range_.layer_end);
-  const QueryChunks qc = query_chunking(B, T);
-  a.allocate(c, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(), vocab_->rows(c.vocab_size),
-             qc);
-  a.head_backward_done = false;
-  const int N = B * T, C = c.d_model;
-  take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
+  LlamaActivations& a = start_forward<LlamaActivations>(acts, inputs, targets, positions, B, T);
   auto w = [this](const ParamInfo& t) { return param(t); };
-  OpObserver* o = observer_;
-  observed(o, "rope.tables", 0, [&] {
-    rope_tables(a.rope_cos.data(), a.rope_sin.data(), a.positions.data(), N, inv_freq_.data(), c.head_dim());
+  observed(observer_, "rope.tables", 0, [&] {
+    rope_tables(a.rope_cos.data(), a.rope_sin.data(), a.positions.data(), B * T, inv_freq_.data(),
+                c.head_dim());
   });
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
-  LlamaShape shape = LlamaShape::of(c, B, T, a.layer_chunk, split());
-  shape.query_chunks = a.query_chunks;
-  const float* input = a.input;
-  if (emb) {
-    hooks_->before_forward(0);
-    float* e = a.kept.embeddings_output(a.encoded);
-    input = e;
-    vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), w(*names_.embed), nullptr, N, C,
-                              memory_.chunk_tokens, o);
-    a.kept.keep_embeddings_output();
-    hooks_->after_forward(0);
-  }
+  const LlamaShape shape = layer_shape(a);
+  const float* input = forward_embeddings(a, *names_.embed, nullptr);
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](LlamaLayerActs& la, const float* x, int l) {
                    llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, *linears_,
-                                       a.scratch, shape, rope, o);
+                                       a.scratch, shape, rope, observer_);
                  });
-  if (!has_head()) return;
-  // The final norm's forward use: its weight for loss(), which runs it chunk by chunk with the head (no
-  // [N, C] norm output).
-  hooks_->before_forward(final_unit());
-  std::copy(w(*names_.norm), w(*names_.norm) + C, a.fn_weight.data());
-  hooks_->after_forward(final_unit());
-  // The LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
-  if (head_unit() != final_unit()) {
-    hooks_->before_forward(head_unit());
-    hooks_->after_forward(head_unit());
-  }
+  forward_final_units(a, *names_.norm, nullptr);
 }
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  // Recomputing policies keep the head's input in dres, which a loss with a gradient overwrites.
-  ODY_CHECK(!(a.head_backward_done && a.kept.recomputes_layers()),
-            "loss: a loss with a gradient already ran since the forward (memory.checkpoint = {} keeps the "
-            "last layer's output where its gradient now is); run forward again",
-            enum_name(kCheckpointPolicyNames, a.kept.policy));
-  FinalNorm norm;
-  norm.weight = a.fn_weight.data();
+  FinalNorm norm;  // an RMSNorm: weight [C]
+  norm.weight = a.final_norm.data();
   norm.eps = float(config_.rms_norm_eps);
-  norm.sums = &a.fn_sums;
-  float* block = place_lm_head(a.head_buffers(), norm, a.head_chunk, split(),
-                               vocab_->rows(config_.vocab_size), config_.d_model);
-  const double sum = head_loss(a.output(), norm, names_.lm_head, a.targets.data(), a.losses.data(), block,
-                               a.head_chunk, a.dres.data(), a.B * a.T, dloss, count);
-  a.head_backward_done = dloss > 0;
-  return sum;
+  return stage_loss(a, norm, names_.lm_head, dloss, count);
 }
 
 void Llama::backward(StageActivations& acts) {
-  const ModelConfig& c = config_;
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  const int N = a.B * a.T, C = c.d_model, R = int(split().rows(N));
   auto w = [this](const ParamInfo& t) { return param(t); };
   auto d = [this](const ParamInfo& t) { return grad(t); };
-  OpObserver* o = observer_;
-  const bool emb = range_.embeddings();
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
-  LlamaShape shape = LlamaShape::of(c, a.B, a.T, a.layer_chunk, split());
-  shape.query_chunks = a.query_chunks;
-
-  if (has_head()) {
-    ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
-    a.head_backward_done = false;
-    // loss() left d(last layer output) in dres and the final norm's weight gradient in fn_sums.
-    if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    a.fn_sums.finish(d(*names_.norm));
-    hooks_->after_backward(final_unit());
-  } else {
-    ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",
-              range_.layer_begin, range_.layer_end);
-    std::copy(a.output_grad, a.output_grad + size_t(R) * C, a.dres.data());
-  }
-  const float* input = emb ? a.encoded.data() : a.input;
-  backward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+  const LlamaShape shape = layer_shape(a);
+  backward_final_units(a, *names_.norm, nullptr);
+  backward_layers(a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_,
+                  layer_unit(range_.layer_begin),
                   [&](LlamaLayerActs& la, const float* x, int l, const Recompute& re) {
                     llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
                                          resolve_llama_layer(names_.layer(l), d), *attention_,
-                                         backward_linears(), a.scratch, shape, rope, o, re);
+                                         backward_linears(), a.scratch, shape, rope, observer_, re);
                   });
-  if (!emb) return;                                                   // a.dres holds d(input)
-  if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
-  vocab_->embedding_backward(d(*names_.embed), nullptr, a.dres.data(), a.tokens.data(), a.positions.data(), N,
-                             C, memory_.chunk_tokens, o);
-  hooks_->after_backward(0);
+  backward_embeddings(a, *names_.embed, nullptr);
 }
 
 // --- incremental inference ----------------------------------------------------------------------

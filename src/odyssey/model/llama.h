@@ -18,26 +18,10 @@
 
 namespace odyssey {
 
-// Activations of one micro-batch of B rows x T tokens (N = B*T), kept for backward.
-struct LlamaActivations : StageActivations {
-  int B = 0, T = 0;
-  StageRange range;
-  TpSplit split;                         // how the layers are split over tensor parallelism
-  bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
-  QueryChunks query_chunks;              // whether the attention runs per query chunk (llama_block.h)
-  IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
-  FloatBuffer rope_cos, rope_sin;        // [N, D/2] at the tokens' positions
-  FloatBuffer encoded;              // [R, C] the token embeddings (with the embeddings; R = split.rows(N))
-  KeptLayers<LlamaLayerActs> kept;  // per layer, as the checkpoint policy keeps them
-  FloatBuffer fn_weight;  // [C] the final RMSNorm's weight, taken at its forward use (with the head)
-  NormGradSums fn_sums;   // [C] d(final norm weight) from loss() until backward()
-  FloatBuffer head_own;   // the head's buffers unless it borrows the scratch (head_buffers())
-  int head_chunk = 0;
-  int layer_chunk = 0;  // memory.chunk_tokens: rows per token-local chunk of a layer
-  bool head_backward_done = false;
-  FloatBuffer losses;  // [N]
-  FloatBuffer dres;    // [R, C]
-  LlamaBlockScratch scratch;
+// Activations of one micro-batch, kept for backward (LayeredActivations), and the RoPE tables; the
+// final norm's parameters are an RMSNorm's weight [C].
+struct LlamaActivations : LayeredActivations<LlamaLayerActs, LlamaBlockScratch> {
+  FloatBuffer rope_cos, rope_sin;  // [N, D/2] at the tokens' positions
 
   // split and vocab_rows as Gpt2Activations'.
   void allocate(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
@@ -47,11 +31,6 @@ struct LlamaActivations : StageActivations {
   static size_t bytes_for(const ModelConfig& config, const StageRange& range, int B, int T, bool shared_qkv,
                           const MemoryOptions& memory, const TpSplit& split = {}, int64_t vocab_rows = 0,
                           const QueryChunks& query_chunks = {});
-  // The head's buffers: its own, or on long sequences the scratch's (lm_head_borrows_scratch).
-  float* head_buffers() { return head_own.size() ? head_own.data() : scratch.head_grad(); }
-  const float* output() const override { return kept.output(int(kept.layers.size()) - 1); }
-  OffloadStats offload() const override { return kept.offload(); }
-  const float* input_grad() const override { return dres.data(); }
 };
 
 class Llama : public LayerStage {
@@ -79,6 +58,12 @@ class Llama : public LayerStage {
   }
 
  private:
+  LlamaShape layer_shape(const LlamaActivations& a) const {
+    LlamaShape s = LlamaShape::of(config_, a.B, a.T, a.layer_chunk, split());
+    s.query_chunks = a.query_chunks;
+    return s;
+  }
+
   LlamaParams names_;            // views into table_
   std::vector<float> inv_freq_;  // [D/2] RoPE inverse frequencies (Llama-3 scaled when configured)
 };
