@@ -76,13 +76,13 @@ void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets
                    int T) {
   Gpt2Activations& a = start_forward<Gpt2Activations>(acts, inputs, targets, positions, B, T);
   auto w = [this](const ParamInfo& t) { return param(t); };
-  const float* input = forward_embeddings(a, *names_.wte, names_.wpe);
+  const float* input = forward_embeddings(a, names_.wte, names_.wpe);
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l) {
                    gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, *linears_,
                                       a.scratch, shape(a), observer_);
                  });
-  forward_final_units(a, *names_.lnf_w, names_.lnf_b);
+  forward_final_units(a, names_.lnf_w, names_.lnf_b);
 }
 
 double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
@@ -96,7 +96,7 @@ void GPT2::backward(StageActivations& acts) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
   auto w = [this](const ParamInfo& t) { return param(t); };
   auto d = [this](const ParamInfo& t) { return grad(t); };
-  backward_final_units(a, *names_.lnf_w, names_.lnf_b);
+  backward_final_units(a, names_.lnf_w, names_.lnf_b);
   backward_layers(a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_,
                   layer_unit(range_.layer_begin),
                   [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
@@ -104,7 +104,7 @@ void GPT2::backward(StageActivations& acts) {
                                         resolve_layer(names_.layer(l), d), *attention_, backward_linears(),
                                         a.scratch, shape(a), observer_, re);
                   });
-  backward_embeddings(a, *names_.wte, names_.wpe);
+  backward_embeddings(a, names_.wte, names_.wpe);
 }
 
 // --- incremental inference ----------------------------------------------------------------------

@@ -108,7 +108,8 @@ class LayerStage : public Stage {
                    float* losses, float* block, int chunk, float* dx, int N, float dloss, int64_t* count);
 
   // The steps of forward(), loss() and backward() around the layers, the same for every architecture;
-  // A is its activations (a LayeredActivations). An architecture's forward is start_forward,
+  // A is its activations (a LayeredActivations). Their tensors are the stage's names (null where the
+  // stage does not hold them; used only where it does). An architecture's forward is start_forward,
   // forward_embeddings, its layers (forward_layers, layer_loop.h), forward_final_units; its loss is
   // stage_loss; its backward is backward_final_units, its layers (backward_layers from layers_input),
   // backward_embeddings.
@@ -121,11 +122,11 @@ class LayerStage : public Stage {
   // positions_w for their positions, with learned positions) as the layers' input, which it returns; a
   // stage without the embeddings returns acts.input.
   template <typename A>
-  const float* forward_embeddings(A& a, const ParamInfo& tokens_w, const ParamInfo* positions_w);
+  const float* forward_embeddings(A& a, const ParamInfo* tokens_w, const ParamInfo* positions_w);
   // After the layers, with the head: the final norm's forward use, which copies its weight (and bias,
   // when it has one) for loss(), and a tied head's use of the embeddings' unit.
   template <typename A>
-  void forward_final_units(A& a, const ParamInfo& norm_w, const ParamInfo* norm_b);
+  void forward_final_units(A& a, const ParamInfo* norm_w, const ParamInfo* norm_b);
   // loss(): the fused chunked final norm, LM head and loss (head_loss) over the last layer's output;
   // norm: the final norm over a.final_norm (weight; bias or eps), its gradient sums set here.
   template <typename A>
@@ -133,7 +134,7 @@ class LayerStage : public Stage {
   // The start of backward(): with the head, the final norm's backward use (adds the gradients loss()
   // left in a.final_norm_sums); without it, d(the stage's output) from acts.output_grad into a.dres.
   template <typename A>
-  void backward_final_units(A& a, const ParamInfo& norm_w, const ParamInfo* norm_b);
+  void backward_final_units(A& a, const ParamInfo* norm_w, const ParamInfo* norm_b);
   // The first layer's input as the backward reads it: the embeddings' output, or the stage's input.
   template <typename A>
   const float* layers_input(const A& a) const {
@@ -141,7 +142,7 @@ class LayerStage : public Stage {
   }
   // The end of backward(), with the embeddings: their backward use, from d(input) in a.dres.
   template <typename A>
-  void backward_embeddings(A& a, const ParamInfo& tokens_w, const ParamInfo* positions_w);
+  void backward_embeddings(A& a, const ParamInfo* tokens_w, const ParamInfo* positions_w);
 
   // The blocks' linear seam in backward: the linears, or with deferred weight gradients those that
   // record their weight GEMMs.
@@ -192,11 +193,11 @@ A& LayerStage::start_forward(StageActivations& acts, const int* inputs, const in
 }
 
 template <typename A>
-const float* LayerStage::forward_embeddings(A& a, const ParamInfo& tokens_w, const ParamInfo* positions_w) {
+const float* LayerStage::forward_embeddings(A& a, const ParamInfo* tokens_w, const ParamInfo* positions_w) {
   if (!range_.embeddings()) return a.input;
   hooks_->before_forward(0);
   float* e = a.kept.embeddings_output(a.encoded);
-  vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), param(tokens_w),
+  vocab_->embedding_forward(e, a.tokens.data(), a.positions.data(), param(*tokens_w),
                             positions_w ? param(*positions_w) : nullptr, a.B * a.T, config_.d_model,
                             memory_.chunk_tokens, observer_);
   a.kept.keep_embeddings_output();
@@ -205,13 +206,13 @@ const float* LayerStage::forward_embeddings(A& a, const ParamInfo& tokens_w, con
 }
 
 template <typename A>
-void LayerStage::forward_final_units(A& a, const ParamInfo& norm_w, const ParamInfo* norm_b) {
+void LayerStage::forward_final_units(A& a, const ParamInfo* norm_w, const ParamInfo* norm_b) {
   if (!has_head()) return;
   const int C = config_.d_model;
   // The final norm's forward use: its parameters for loss(), which runs it chunk by chunk with the head
   // (no [N, C] norm output).
   hooks_->before_forward(final_unit());
-  std::copy(param(norm_w), param(norm_w) + C, a.final_norm.data());
+  std::copy(param(*norm_w), param(*norm_w) + C, a.final_norm.data());
   if (norm_b) std::copy(param(*norm_b), param(*norm_b) + C, a.final_norm.data() + C);
   hooks_->after_forward(final_unit());
   // A tied LM head's forward use: its logits are computed chunk by chunk in loss(), with the loss.
@@ -238,13 +239,13 @@ double LayerStage::stage_loss(A& a, FinalNorm norm, const ParamInfo* head, float
 }
 
 template <typename A>
-void LayerStage::backward_final_units(A& a, const ParamInfo& norm_w, const ParamInfo* norm_b) {
+void LayerStage::backward_final_units(A& a, const ParamInfo* norm_w, const ParamInfo* norm_b) {
   if (has_head()) {
     ODY_CHECK(a.head_backward_done, "backward: no loss with a gradient weight (dloss > 0) since the forward");
     a.head_backward_done = false;
     // loss() left d(last layer output) in dres and the final norm's parameter gradients in its sums.
     if (final_unit() != head_unit()) hooks_->before_backward(final_unit());
-    a.final_norm_sums.finish(grad(norm_w), norm_b ? grad(*norm_b) : nullptr);
+    a.final_norm_sums.finish(grad(*norm_w), norm_b ? grad(*norm_b) : nullptr);
     hooks_->after_backward(final_unit());
   } else {
     ODY_CHECK(a.output_grad, "backward: the stage of layers [{}, {}) needs d(its output) (acts.output_grad)",
@@ -255,10 +256,10 @@ void LayerStage::backward_final_units(A& a, const ParamInfo& norm_w, const Param
 }
 
 template <typename A>
-void LayerStage::backward_embeddings(A& a, const ParamInfo& tokens_w, const ParamInfo* positions_w) {
+void LayerStage::backward_embeddings(A& a, const ParamInfo* tokens_w, const ParamInfo* positions_w) {
   if (!range_.embeddings()) return;                                   // a.dres holds d(input)
   if (!(has_head() && head_unit() == 0)) hooks_->before_backward(0);  // else begun by the tied head
-  vocab_->embedding_backward(grad(tokens_w), positions_w ? grad(*positions_w) : nullptr, a.dres.data(),
+  vocab_->embedding_backward(grad(*tokens_w), positions_w ? grad(*positions_w) : nullptr, a.dres.data(),
                              a.tokens.data(), a.positions.data(), a.B * a.T, config_.d_model,
                              memory_.chunk_tokens, observer_);
   hooks_->after_backward(0);

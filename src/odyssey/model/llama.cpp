@@ -101,13 +101,13 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   });
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
   const LlamaShape shape = layer_shape(a);
-  const float* input = forward_embeddings(a, *names_.embed, nullptr);
+  const float* input = forward_embeddings(a, names_.embed, nullptr);
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](LlamaLayerActs& la, const float* x, int l) {
                    llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, *linears_,
                                        a.scratch, shape, rope, observer_);
                  });
-  forward_final_units(a, *names_.norm, nullptr);
+  forward_final_units(a, names_.norm, nullptr);
 }
 
 double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
@@ -124,7 +124,7 @@ void Llama::backward(StageActivations& acts) {
   auto d = [this](const ParamInfo& t) { return grad(t); };
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
   const LlamaShape shape = layer_shape(a);
-  backward_final_units(a, *names_.norm, nullptr);
+  backward_final_units(a, names_.norm, nullptr);
   backward_layers(a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_,
                   layer_unit(range_.layer_begin),
                   [&](LlamaLayerActs& la, const float* x, int l, const Recompute& re) {
@@ -132,7 +132,7 @@ void Llama::backward(StageActivations& acts) {
                                          resolve_llama_layer(names_.layer(l), d), *attention_,
                                          backward_linears(), a.scratch, shape, rope, observer_, re);
                   });
-  backward_embeddings(a, *names_.embed, nullptr);
+  backward_embeddings(a, names_.embed, nullptr);
 }
 
 // --- incremental inference ----------------------------------------------------------------------
