@@ -114,4 +114,18 @@ size_t held_bytes(const S& s, List&& list) {
   return n;
 }
 
+// Sizes s's buffers to what the same list says (AlignedBuffer::fit each).
+template <typename S, typename List>
+void fit_listed(S& s, List&& list) {
+  list([&](auto m, size_t elements) { (s.*m).fit(elements); });
+}
+
+// The bytes the list sizes its buffers to: what fit_listed would hold, without allocating.
+template <typename List>
+size_t listed_bytes(List&& list) {
+  size_t n = 0;
+  list([&](auto m, size_t elements) { n += elements * element_bytes(m); });
+  return n;
+}
+
 }  // namespace odyssey

@@ -41,11 +41,9 @@ size_t Gpt2Activations::bytes() const {
 size_t Gpt2Activations::bytes_for(const ModelConfig& c, const StageRange& range, int B, int T,
                                   bool shared_qkv, const MemoryOptions& memory, const TpSplit& split,
                                   int64_t vocab_rows, const QueryChunks& query_chunks) {
-  size_t bytes = layers_bytes_for<Gpt2LayerActs, Gpt2BlockScratch>(c, range, B, T, shared_qkv, memory, split,
-                                                                   query_chunks);
-  for_each_own_buffer(c, range, B, T, memory, split, vocab_rows,
-                      [&](auto m, size_t n) { bytes += n * element_bytes(m); });
-  return bytes;
+  return layers_bytes_for<Gpt2LayerActs, Gpt2BlockScratch>(c, range, B, T, shared_qkv, memory, split,
+                                                           query_chunks) +
+         listed_bytes([&](auto f) { for_each_own_buffer(c, range, B, T, memory, split, vocab_rows, f); });
 }
 
 // --- the model -----------------------------------------------------------------------------------

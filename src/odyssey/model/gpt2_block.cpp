@@ -73,8 +73,7 @@ void for_each_scratch_buffer(const ModelConfig& c, int B, int T, bool shared_qkv
 
 void Gpt2LayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                              const TpSplit& tp) {
-  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
-                        [this](FloatBuffer Gpt2LayerActs::*m, size_t n) { (this->*m).fit(n); });
+  fit_listed(*this, [&](auto f) { for_each_layer_buffer(c, B, T, keep_qkv, rows, tp, f); });
   attention.reset();  // saved for another shape
 }
 
@@ -87,10 +86,7 @@ size_t Gpt2LayerActs::bytes() const {
 
 size_t Gpt2LayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                                 const TpSplit& tp) {
-  size_t floats = 0;
-  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
-                        [&](FloatBuffer Gpt2LayerActs::*, size_t n) { floats += n; });
-  return floats * sizeof(float);
+  return listed_bytes([&](auto f) { for_each_layer_buffer(c, B, T, keep_qkv, rows, tp, f); });
 }
 
 void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
@@ -101,8 +97,7 @@ void Gpt2LayerActs::swap_cheap(Gpt2LayerActs& o) {
 
 void Gpt2BlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward, int chunk,
                                 const TpSplit& tp, const QueryChunks& q) {
-  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
-                          [this](FloatBuffer Gpt2BlockScratch::*m, size_t n) { (this->*m).fit(n); });
+  fit_listed(*this, [&](auto f) { for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q, f); });
 }
 
 size_t Gpt2BlockScratch::bytes() const {
@@ -112,10 +107,8 @@ size_t Gpt2BlockScratch::bytes() const {
 
 size_t Gpt2BlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                    int chunk, const TpSplit& tp, const QueryChunks& q) {
-  size_t floats = 0;
-  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
-                          [&](FloatBuffer Gpt2BlockScratch::*, size_t n) { floats += n; });
-  return floats * sizeof(float);
+  return listed_bytes(
+      [&](auto f) { for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q, f); });
 }
 
 Gpt2LayerTensors resolve_layer(const LayerParams& l, const std::function<float*(const ParamInfo&)>& at) {

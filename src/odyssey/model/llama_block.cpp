@@ -84,8 +84,7 @@ void for_each_scratch_buffer(const ModelConfig& c, int B, int T, bool shared_qkv
 
 void LlamaLayerActs::allocate(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                               const TpSplit& tp) {
-  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
-                        [this](FloatBuffer LlamaLayerActs::*m, size_t n) { (this->*m).fit(n); });
+  fit_listed(*this, [&](auto f) { for_each_layer_buffer(c, B, T, keep_qkv, rows, tp, f); });
   attention.reset();
 }
 
@@ -98,10 +97,7 @@ size_t LlamaLayerActs::bytes() const {
 
 size_t LlamaLayerActs::bytes_for(const ModelConfig& c, int B, int T, bool keep_qkv, const LayerRows& rows,
                                  const TpSplit& tp) {
-  size_t floats = 0;
-  for_each_layer_buffer(c, B, T, keep_qkv, rows, tp,
-                        [&](FloatBuffer LlamaLayerActs::*, size_t n) { floats += n; });
-  return floats * sizeof(float);
+  return listed_bytes([&](auto f) { for_each_layer_buffer(c, B, T, keep_qkv, rows, tp, f); });
 }
 
 void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
@@ -112,8 +108,7 @@ void LlamaLayerActs::swap_cheap(LlamaLayerActs& o) {
 
 void LlamaBlockScratch::allocate(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                  int chunk, const TpSplit& tp, const QueryChunks& q) {
-  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
-                          [this](FloatBuffer LlamaBlockScratch::*m, size_t n) { (this->*m).fit(n); });
+  fit_listed(*this, [&](auto f) { for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q, f); });
 }
 
 size_t LlamaBlockScratch::bytes() const {
@@ -123,10 +118,8 @@ size_t LlamaBlockScratch::bytes() const {
 
 size_t LlamaBlockScratch::bytes_for(const ModelConfig& c, int B, int T, bool shared_qkv, bool backward,
                                     int chunk, const TpSplit& tp, const QueryChunks& q) {
-  size_t floats = 0;
-  for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q,
-                          [&](FloatBuffer LlamaBlockScratch::*, size_t n) { floats += n; });
-  return floats * sizeof(float);
+  return listed_bytes(
+      [&](auto f) { for_each_scratch_buffer(c, B, T, shared_qkv, backward, chunk, tp, q, f); });
 }
 
 LlamaLayerTensors resolve_llama_layer(const LlamaLayerParams& l,
