@@ -1,7 +1,6 @@
 #include "odyssey/model/gpt2.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/embedding.h"
