@@ -72,12 +72,11 @@ Logits GPT2::logits(const StageActivations& acts) const {
 void GPT2::forward(StageActivations& acts, const int* inputs, const int* targets, const int* positions, int B,
                    int T) {
   Gpt2Activations& a = start_forward<Gpt2Activations>(acts, inputs, targets, positions, B, T);
-  auto w = [this](const ParamInfo& t) { return param(t); };
   const float* input = forward_embeddings(a, names_.wte, names_.wpe);
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](Gpt2LayerActs& la, const float* x, int l) {
-                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), w), *attention_, *linears_,
-                                      a.scratch, shape(a), observer_);
+                   gpt2_block_forward(la, x, resolve_layer(names_.layer(l), param_at()), *attention_,
+                                      *linears_, a.scratch, shape(a), observer_);
                  });
   forward_final_units(a, names_.lnf_w, names_.lnf_b);
 }
@@ -91,15 +90,13 @@ double GPT2::loss(StageActivations& acts, float dloss, int64_t* count) {
 
 void GPT2::backward(StageActivations& acts) {
   Gpt2Activations& a = static_cast<Gpt2Activations&>(acts);
-  auto w = [this](const ParamInfo& t) { return param(t); };
-  auto d = [this](const ParamInfo& t) { return grad(t); };
   backward_final_units(a, names_.lnf_w, names_.lnf_b);
   backward_layers(a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_,
                   layer_unit(range_.layer_begin),
                   [&](Gpt2LayerActs& la, const float* x, int l, const Recompute& re) {
-                    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), w),
-                                        resolve_layer(names_.layer(l), d), *attention_, backward_linears(),
-                                        a.scratch, shape(a), observer_, re);
+                    gpt2_block_backward(a.dres.data(), la, x, resolve_layer(names_.layer(l), param_at()),
+                                        resolve_layer(names_.layer(l), grad_at()), *attention_,
+                                        backward_linears(), a.scratch, shape(a), observer_, re);
                   });
   backward_embeddings(a, names_.wte, names_.wpe);
 }
@@ -122,7 +119,7 @@ class Gpt2Decoder : public Decoder {
   const float* run(const int* tokens, const int* positions, int T, AttentionOp* const* attention) override {
     const ModelConfig& c = model_.config();
     const Gpt2Params& p = model_.names();
-    auto w = [&](const ParamInfo& t) { return model_.param(t); };
+    const auto w = model_.param_at();
     embedding_forward(x_.data(), tokens, positions, w(*p.wte), w(*p.wpe), T, c.d_model);
     for (int l = 0; l < c.n_layer; ++l) {
       gpt2_block_forward(acts_, x_.data(), resolve_layer(p.layer(l), w), *attention[l], local_linears(),

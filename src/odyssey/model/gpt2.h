@@ -78,10 +78,7 @@ class GPT2 : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    const QueryChunks qc = query_chunking(B, T);
-    return Gpt2Activations::bytes_for(config_, range_, B, T, attention_->saves_qkv() && !qc.on, memory_,
-                                      split(), vocab_->rows(config_.vocab_size), qc) +
-           attention_bytes_for(B, T, qc);
+    return activation_bytes_of<Gpt2Activations>(B, T);
   }
 
  private:

@@ -48,6 +48,22 @@ class LayerStage : public Stage {
   float* grad(const ParamInfo& t) const override {
     return unit_grads_[size_t(t.unit)] + (t.offset - table_.unit_begin(t.unit));
   }
+  // param / grad as functions of a tensor name, for the blocks' resolve_*layer.
+  auto param_at() const {
+    return [this](const ParamInfo& t) { return param(t); };
+  }
+  auto grad_at() const {
+    return [this](const ParamInfo& t) { return grad(t); };
+  }
+  // What the activations A of this stage (its allocate, as start_forward calls it) and the attention op
+  // hold for a micro-batch of B x T tokens: activation_bytes_for of an architecture with activations A.
+  template <typename A>
+  size_t activation_bytes_of(int B, int T) const {
+    const QueryChunks qc = query_chunking(B, T);
+    return A::bytes_for(config_, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(),
+                        vocab_->rows(config_.vocab_size), qc) +
+           attention_bytes_for(B, T, qc);
+  }
 
   void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }

@@ -91,7 +91,6 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
                     int B, int T) {
   const ModelConfig& c = config_;
   LlamaActivations& a = start_forward<LlamaActivations>(acts, inputs, targets, positions, B, T);
-  auto w = [this](const ParamInfo& t) { return param(t); };
   observed(observer_, "rope.tables", 0, [&] {
     rope_tables(a.rope_cos.data(), a.rope_sin.data(), a.positions.data(), B * T, inv_freq_.data(),
                 c.head_dim());
@@ -101,8 +100,8 @@ void Llama::forward(StageActivations& acts, const int* inputs, const int* target
   const float* input = forward_embeddings(a, names_.embed, nullptr);
   forward_layers(a.kept, input, range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
                  [&](LlamaLayerActs& la, const float* x, int l) {
-                   llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), w), *attention_, *linears_,
-                                       a.scratch, shape, rope, observer_);
+                   llama_block_forward(la, x, resolve_llama_layer(names_.layer(l), param_at()), *attention_,
+                                       *linears_, a.scratch, shape, rope, observer_);
                  });
   forward_final_units(a, names_.norm, nullptr);
 }
@@ -117,18 +116,16 @@ double Llama::loss(StageActivations& acts, float dloss, int64_t* count) {
 
 void Llama::backward(StageActivations& acts) {
   LlamaActivations& a = static_cast<LlamaActivations&>(acts);
-  auto w = [this](const ParamInfo& t) { return param(t); };
-  auto d = [this](const ParamInfo& t) { return grad(t); };
   const RopeTables rope{a.rope_cos.data(), a.rope_sin.data()};
   const LlamaShape shape = layer_shape(a);
   backward_final_units(a, names_.norm, nullptr);
-  backward_layers(a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_,
-                  layer_unit(range_.layer_begin),
-                  [&](LlamaLayerActs& la, const float* x, int l, const Recompute& re) {
-                    llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), w),
-                                         resolve_llama_layer(names_.layer(l), d), *attention_,
-                                         backward_linears(), a.scratch, shape, rope, observer_, re);
-                  });
+  backward_layers(
+      a.kept, layers_input(a), range_.layer_begin, range_.layers(), *hooks_, layer_unit(range_.layer_begin),
+      [&](LlamaLayerActs& la, const float* x, int l, const Recompute& re) {
+        llama_block_backward(a.dres.data(), la, x, resolve_llama_layer(names_.layer(l), param_at()),
+                             resolve_llama_layer(names_.layer(l), grad_at()), *attention_, backward_linears(),
+                             a.scratch, shape, rope, observer_, re);
+      });
   backward_embeddings(a, names_.embed, nullptr);
 }
 
@@ -154,7 +151,7 @@ class LlamaDecoder : public Decoder {
   const float* run(const int* tokens, const int* positions, int T, AttentionOp* const* attention) override {
     const ModelConfig& c = model_.config();
     const LlamaParams& p = model_.names();
-    auto w = [&](const ParamInfo& t) { return model_.param(t); };
+    const auto w = model_.param_at();
     rope_tables(cos_.data(), sin_.data(), positions, T, inv_freq_.data(), c.head_dim());
     embedding_forward(x_.data(), tokens, positions, w(*p.embed), nullptr, T, c.d_model);
     const LlamaShape shape = LlamaShape::of(c, 1, T);

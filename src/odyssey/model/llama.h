@@ -51,10 +51,7 @@ class Llama : public LayerStage {
   using Stage::logits;
 
   size_t activation_bytes_for(int B, int T) const override {
-    const QueryChunks qc = query_chunking(B, T);
-    return LlamaActivations::bytes_for(config_, range_, B, T, attention_->saves_qkv() && !qc.on, memory_,
-                                       split(), vocab_->rows(config_.vocab_size), qc) +
-           attention_bytes_for(B, T, qc);
+    return activation_bytes_of<LlamaActivations>(B, T);
   }
 
  private:
