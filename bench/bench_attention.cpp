@@ -44,8 +44,9 @@ double cpu_ms() {  // CPU time of the whole process (all threads)
 
 // Median wall and CPU time in ms of fn over enough repetitions to take ~min_seconds (at least 3).
 // CPU time (summed over threads) gives per-core throughput that holds up when other processes share
-// the cores; wall time is what a training step sees. A first call longer than min_seconds is the
-// only one (16K tokens: tens of seconds; its warm-up share is negligible).
+// the cores; wall time is what a training step sees. The first call is a warm-up and never timed (page
+// faults, oneDNN primitives, the workspace's growth); when it took longer than min_seconds one more
+// call is timed (16K tokens: seconds each).
 struct Times {
   double wall_ms, cpu_ms;
   int runs;
@@ -53,14 +54,12 @@ struct Times {
 template <typename F>
 Times median_ms(F&& fn, double min_seconds = 1.0) {
   std::vector<double> wall, cpu;
-  {
-    Timer t;
-    double c0 = cpu_ms();
-    fn();  // warm up: page faults, oneDNN primitive creation
-    if (t.seconds() > min_seconds) return {t.ms(), cpu_ms() - c0, 1};
-  }
+  Timer warm_up;
+  fn();
+  const bool long_call = warm_up.seconds() > min_seconds;
   Timer total;
-  while (wall.size() < 3 || (total.seconds() < min_seconds && wall.size() < 200)) {
+  while (wall.empty() ||
+         (!long_call && (wall.size() < 3 || (total.seconds() < min_seconds && wall.size() < 200)))) {
     Timer t;
     double c0 = cpu_ms();
     fn();
