@@ -3,14 +3,19 @@
 //   with the padded-B copy off ("gflops_no_pad": ODYSSEY_GEMM_PAD_B=0; the same where it never pads);
 //   the LM head (50257 x 768) twice: out / dout rows dense ("ld_out": 50257) and padded as the head's
 //   logits block has them (logits_row_stride: 50272);
+//   gemm_bf16_vs_f32: oneDNN's matmul with bf16 inputs and f32 output against f32, same shapes at M =
+//   1024 (and 1024^3), same run: what bf16 linears would gain on this CPU (not used by the engine yet);
 //   layernorm, gelu, cross-entropy: GB/s counting the minimum traffic (each input read once, each
 //   output written once), so cache-resident re-reads inside a kernel do not inflate the figure.
 // Usage: bench_kernels [seconds per measurement, default 0.5]. Threads follow OMP_NUM_THREADS.
 #include <fmt/format.h>
 #include <omp.h>
+#include <dnnl.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "odyssey/core/timer.h"
@@ -77,6 +82,41 @@ void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K, int
   }
 }
 
+// What bf16 GEMMs would give the linears (mixed-precision.md; the engine does not use them yet): oneDNN's
+// matmul out [M, N] f32 = in [M, K] x W^T with in and W in bf16, against the same matmul in f32 in the
+// same run. A CPU without bf16 support in oneDNN gets "unavailable" (or its emulated rate).
+std::string bench_bf16_gemm(int M, int N, int K) {
+  using dnnl::memory;
+  static dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  static dnnl::stream stream(eng);
+  auto rate = [&](memory::data_type in_type) {
+    const memory::desc a({M, K}, in_type, memory::format_tag::ab), w({K, N}, in_type, memory::format_tag::ba),
+        c({M, N}, memory::data_type::f32, memory::format_tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, w, c), eng);
+    memory A(a, eng), W(w, eng), C(c, eng);
+    std::memset(A.get_data_handle(), 0x3c, a.get_size());  // 0x3c3c...: a small positive value in both types
+    std::memset(W.get_data_handle(), 0x3c, w.get_size());
+    const dnnl::matmul mm(pd);
+    const std::unordered_map<int, memory> args{{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, W}, {DNNL_ARG_DST, C}};
+    const double seconds = time_per_call([&] {
+      mm.execute(stream, args);
+      stream.wait();
+    });
+    return 2.0 * M * N * double(K) / seconds / 1e9;
+  };
+  const double f32 = rate(memory::data_type::f32);
+  try {
+    const double bf16 = rate(memory::data_type::bf16);
+    return fmt::format(
+        R"({{"M": {}, "N": {}, "K": {}, "f32_gflops": {:.1f}, "bf16_gflops": {:.1f}, "ratio": {:.2f}}})", M,
+        N, K, f32, bf16, bf16 / f32);
+  } catch (const dnnl::error& e) {
+    return fmt::format(
+        R"({{"M": {}, "N": {}, "K": {}, "f32_gflops": {:.1f}, "bf16_gflops": "unavailable: {}"}})", M, N, K,
+        f32, e.what());
+  }
+}
+
 double gbps(double bytes, double seconds) {
   return bytes / seconds / 1e9;
 }
@@ -91,6 +131,9 @@ int main(int argc, char** argv) {
     bench_linear_gemms(gemm_rows, M, N, K, N);
   bench_linear_gemms(gemm_rows, M, 50257, 768, logits_row_stride(50257));  // as the LM head runs
   const double square = measure_gemm_gflops(1024, g_seconds);
+  std::vector<std::string> bf16_rows;
+  for (auto [N, K] : {std::pair{1024, 1024}, {2304, 768}, {3072, 768}, {768, 3072}, {50257, 768}})
+    bf16_rows.push_back(bench_bf16_gemm(M, N, K));
 
   // LayerNorm and GELU at B = 8, T = 1024 rows, so the arrays exceed the caches.
   const int rows = 8 * 1024;
@@ -129,6 +172,9 @@ int main(int argc, char** argv) {
       odyssey::host_json().dump(), omp_get_max_threads(), square);
   for (size_t i = 0; i < gemm_rows.size(); ++i)
     fmt::print("    {}{}\n", gemm_rows[i], i + 1 < gemm_rows.size() ? "," : "");
+  fmt::print("  ],\n  \"gemm_bf16_vs_f32\": [\n");
+  for (size_t i = 0; i < bf16_rows.size(); ++i)
+    fmt::print("    {}{}\n", bf16_rows[i], i + 1 < bf16_rows.size() ? "," : "");
   fmt::print("  ],\n");
   auto line = [](const char* name, const char* shape, double seconds, double bytes, bool last = false) {
     fmt::print(R"(  "{}": {{"shape": "{}", "ms": {:.3f}, "gbps": {:.1f}}}{})"
