@@ -5,6 +5,7 @@
 //   logits block has them (logits_row_stride: 50272);
 //   gemm_bf16_vs_f32: oneDNN's matmul with bf16 inputs and f32 output against f32, same shapes at M =
 //   1024 (and 1024^3), same run: what bf16 linears would gain on this CPU (not used by the engine yet);
+//   adamw: ms per update of GPT-2 124M's parameters, and its reference's (optim/adamw.h);
 //   layernorm, gelu, cross-entropy: GB/s counting the minimum traffic (each input read once, each
 //   output written once), so cache-resident re-reads inside a kernel do not inflate the figure.
 // Usage: bench_kernels [seconds per measurement, default 0.5]. Threads follow OMP_NUM_THREADS.
@@ -24,6 +25,7 @@
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/kernels/layernorm.h"
 #include "odyssey/model/lm_head.h"
+#include "odyssey/optim/adamw.h"
 
 #include "odyssey/train/host_info.h"
 
@@ -167,6 +169,22 @@ int main(int argc, char** argv) {
   const double ce_fb = time_per_call(
       [&] { cross_entropy_forward_backward(logits.data(), losses.data(), targets.data(), M, V, 1.0f / M); });
 
+  // AdamW over GPT-2 124M's parameters: the update and its reference (the bias corrections divided per
+  // element). The logits and GELU arrays are freed first: these four are 2 GB.
+  std::vector<float>().swap(logits), std::vector<float>().swap(gx), std::vector<float>().swap(gy);
+  std::vector<float>().swap(gdx), std::vector<float>().swap(gdy);
+  const size_t np = 124439808;
+  auto ap = filled(np, 0.01f), ag = filled(np, 1e-3f), am = filled(np, 1e-4f), av = filled(np, 1e-6f);
+  const AdamWConfig adam;
+  int64_t adam_step = 1;
+  const double adamw = time_per_call([&] {
+    adamw_update(ap.data(), ag.data(), am.data(), av.data(), np, adam, adam.lr, adam_step++, 1.0f, true);
+  });
+  const double adamw_ref = time_per_call([&] {
+    adamw_update_reference(ap.data(), ag.data(), am.data(), av.data(), np, adam, adam.lr, adam_step++, 1.0f,
+                           true);
+  });
+
   fmt::print(
       "{{\n  \"host\": {},\n  \"threads\": {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": [\n",
       odyssey::host_json().dump(), omp_get_max_threads(), square);
@@ -187,7 +205,11 @@ int main(int argc, char** argv) {
   line("gelu_forward", "8192x3072", gelu_fwd, 4.0 * 2.0 * ng);
   line("gelu_backward", "8192x3072", gelu_bwd, 3.0 * 4.0 * ng);  // inp, dout in; dinp out
   line("cross_entropy_forward", "1024x50257", ce_fwd, 4.0 * nv);
-  line("cross_entropy_forward_backward", "1024x50257", ce_fb, 4.0 * 2.0 * nv, true);  // logits in, grads out
+  line("cross_entropy_forward_backward", "1024x50257", ce_fb, 4.0 * 2.0 * nv);  // logits in, grads out
+  // params, grads, m, v in; params, m, v out
+  fmt::print(R"(  "adamw": {{"params": {}, "ms": {:.3f}, "gbps": {:.1f}, "reference_ms": {:.3f}}})"
+             "\n",
+             np, adamw * 1e3, gbps(28.0 * double(np), adamw), adamw_ref * 1e3);
   fmt::print("}}\n");
   return 0;
 }

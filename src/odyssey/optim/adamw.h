@@ -24,8 +24,13 @@ struct AdamWConfig {
 // gradient first (gradient clipping). decay: apply weight decay to this range or not.
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr * wd * p
+// The bias corrections enter as reciprocals (multiplications), so params may differ from
+// adamw_update_reference's by a rounding; m and v are the same bits.
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n, const AdamWConfig& config,
                   float lr, int64_t step, float grad_scale, bool decay);
+// The same step with the divisions as written: the reference the tests compare adamw_update against.
+void adamw_update_reference(float* params, const float* grads, float* m, float* v, size_t n,
+                            const AdamWConfig& config, float lr, int64_t step, float grad_scale, bool decay);
 
 // AdamW behind the optimizer seam; its state is the two moments "m" and "v".
 class AdamW final : public Optimizer {
