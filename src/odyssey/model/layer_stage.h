@@ -60,7 +60,7 @@ class LayerStage : public Stage {
   template <typename A>
   size_t activation_bytes_of(int B, int T) const {
     const QueryChunks qc = query_chunking(B, T);
-    return A::bytes_for(config_, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(),
+    return A::bytes_for(config_, range_, B, T, shared_qkv(qc), memory_, split(),
                         vocab_->rows(config_.vocab_size), qc) +
            attention_bytes_for(B, T, qc);
   }
@@ -98,6 +98,10 @@ class LayerStage : public Stage {
     return query_chunks(*attention_, split(), split().rows(int64_t(B) * T), memory_.chunk_tokens, T,
                         config_.n_head / split().t, config_.head_dim());
   }
+  // Whether one scratch qkv serves every layer (the op saves its own copy for backward and the layers'
+  // attention is not cut into query chunks): the activations' allocate and bytes_for take it as
+  // shared_qkv.
+  bool shared_qkv(const QueryChunks& qc) const { return attention_->saves_qkv() && !qc.on; }
   // What the attention op holds beyond the layers' activations: its query-chunk scratch, or its
   // scratch and saved tensors for the whole sequence.
   size_t attention_bytes_for(int B, int T, const QueryChunks& qc) const {
@@ -201,8 +205,7 @@ A& LayerStage::start_forward(StageActivations& acts, const int* inputs, const in
             "forward: the stage of layers [{}, {}) needs its input hidden states (acts.input)",
             range_.layer_begin, range_.layer_end);
   const QueryChunks qc = query_chunking(B, T);
-  a.allocate(c, range_, B, T, attention_->saves_qkv() && !qc.on, memory_, split(), vocab_->rows(c.vocab_size),
-             qc);
+  a.allocate(c, range_, B, T, shared_qkv(qc), memory_, split(), vocab_->rows(c.vocab_size), qc);
   a.head_backward_done = false;
   take_tokens(inputs, targets, positions, B, T, a.tokens.data(), a.positions.data(), a.targets.data());
   return a;
