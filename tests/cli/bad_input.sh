@@ -16,7 +16,7 @@ expect_error "pipeline slices out of range" "comm.grad_pipeline must be in 1..64
 expect_error "activations over the memory budget" "train.seq_len [0-9]+ x train.micro_batch [0-9]+ does not fit on this host" \
   run --set train.host_memory_gb=0.001
 expect_error "negative memory budget" "train.host_memory_gb must be >= 0, got -1" run --set train.host_memory_gb=-1
-expect_error "negative GEMM rate" "train.gemm_gflops must be a finite rate >= 0 \(0 measures it\), got -1" \
+expect_error "negative GEMM rate" "train.gemm_gflops must be a finite rate >= 0 \(0: the hardware peak\), got -1" \
   run --set train.gemm_gflops=-1
 expect_error "infinite GEMM rate" "train.gemm_gflops must be a finite rate >= 0 .*got inf" run --set train.gemm_gflops=inf
 expect_error "wrong type" "train.lr: 'fast' is not a valid number" run --set train.lr=fast

@@ -40,8 +40,8 @@ make_shards() {
   "$ODYSSEY" prepare --input "$dir"/text/*.txt --output "$dir/shards" --tokenizer bytes --val-fraction 0.25 --quiet >/dev/null
 }
 
-# The MFU denominator the tests' configs fix (train.gemm_gflops), so a run does not first measure the
-# GEMM rate on every rank (0.3 s each; resume.sh keeps the measured path and checks it).
+# The MFU denominator the tests' configs state (train.gemm_gflops per rank), so MFU compares across
+# runs (resume.sh keeps the hardware peak and checks it).
 GEMM_RATE_LINE="gemm_gflops = 50"
 # tiny_config SHARDS OUT: configs/tiny.toml training on SHARDS, with the fixed GEMM rate, written to OUT.
 tiny_config() { sed -e "s|cache/brown/bytes|$1|g" -e "/^\[train\]/a $GEMM_RATE_LINE" "$ROOT/configs/tiny.toml" >"$2"; }

@@ -33,8 +33,8 @@ done
 
 # MFU's denominator fixed by train.gemm_gflops (50 here, tiny_setup): logged as such, and MFU per token
 # per second halves at twice the rate.
-grep -q "GEMM rate 50.0 GFLOP/s per rank (train.gemm_gflops)" "$WORK/err_z2.txt" &&
-  echo "ok: the GEMM rate is train.gemm_gflops" || fail "no 'GEMM rate 50.0 (train.gemm_gflops)' in the log"
+grep -q "peak of 100.0 GFLOP/s: 50.0 GFLOP/s per rank (train.gemm_gflops)" "$WORK/err_z2.txt" &&
+  echo "ok: the peak is train.gemm_gflops" || fail "no 'peak of 100.0 GFLOP/s: 50.0 ... (train.gemm_gflops)' in the log"
 "$ODYSSEY" train --config "$cfg" "${common[@]}" --set train.steps=2 --set train.gemm_gflops=100 \
   --set "checkpoint.dir=$WORK/rate100" >/dev/null 2>&1 || fail "1-rank run at train.gemm_gflops=100"
 if python3 - "$WORK/one/metrics.jsonl" "$WORK/rate100/metrics.jsonl" <<'PY'; then

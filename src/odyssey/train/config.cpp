@@ -18,13 +18,20 @@
 namespace odyssey {
 namespace {
 
-// One settable key: how to set it from a TOML node (file) and from text (--set), and its value as
-// JSON (the run record).
+// One settable key: how to set it from a TOML node (file) and from text (--set), its value as JSON
+// (the run record), and its documentation: type and meaning (the default is RunConfig{}'s value), which
+// `odyssey config-reference` renders into docs/configuration.md.
 struct Key {
   std::function<void(RunConfig&, const toml::node&, const std::string&)> from_toml;
   std::function<void(RunConfig&, const std::string&, const std::string&)> from_text;
   std::function<nlohmann::json(const RunConfig&)> to_json;
+  std::string type, meaning;
 };
+
+Key documented(Key k, const char* meaning) {
+  k.meaning = meaning;
+  return k;
+}
 
 template <typename T>
 T parse_number(const std::string& text, const std::string& key) {
@@ -76,6 +83,11 @@ Key make_key(Get field) {
     }
   };
   k.to_json = [field](const RunConfig& c) { return nlohmann::json(field(c)); };
+  k.type = std::is_same_v<T, bool>          ? "boolean"
+           : std::is_same_v<T, std::string> ? "string"
+           : std::is_floating_point_v<T>    ? "number"
+           : std::is_unsigned_v<T>          ? "integer >= 0"
+                                            : "integer";
   return k;
 }
 
@@ -91,6 +103,7 @@ Key make_enum_key(Get field, const EnumNames<E, N>& names) {
     field(c) = parse_enum(names, unquote(text), key);
   };
   k.to_json = [field, &names](const RunConfig& c) { return nlohmann::json(enum_name(names, field(c))); };
+  k.type = "one of " + enum_choices(names);
   return k;
 }
 
@@ -126,98 +139,174 @@ Key make_int_list_key(Get field) {
     field(c) = values;
   };
   k.to_json = [field](const RunConfig& c) { return nlohmann::json(field(c)); };
+  k.type = "list of integers";
   return k;
 }
 
-#define ODY_KEY(name, type, member)                                 \
-  {                                                                 \
-    name, make_key<type>([](auto& c) -> auto& { return c.member; }) \
+#define ODY_KEY(name, type, member, meaning)                                             \
+  {                                                                                      \
+    name, documented(make_key<type>([](auto& c) -> auto& { return c.member; }), meaning) \
   }
-#define ODY_ENUM_KEY(name, member, names)                       \
-  {                                                             \
-    name, make_enum_key(                                        \
-              [](auto& c) -> auto& { return c.member; }, names) \
+#define ODY_ENUM_KEY(name, member, names, meaning)                          \
+  {                                                                         \
+    name, documented(make_enum_key(                                         \
+                         [](auto& c) -> auto& { return c.member; }, names), \
+                     meaning)                                               \
   }
 
 const std::map<std::string, Key>& keys() {
   static const std::map<std::string, Key> table = {
-      ODY_KEY("model.arch", std::string, model.arch),
-      ODY_KEY("model.n_layer", int, model.n_layer),
-      ODY_KEY("model.n_head", int, model.n_head),
-      ODY_KEY("model.d_model", int, model.d_model),
-      ODY_KEY("model.seq_len", int, model.seq_len),
-      ODY_KEY("model.vocab_size", int, model.vocab_size),
+      ODY_KEY("model.arch", std::string, model.arch,
+              "architecture: `gpt2` (Hugging Face GPT2LMHeadModel exactly) or `llama` (LlamaForCausalLM)"),
+      ODY_KEY("model.n_layer", int, model.n_layer, "transformer layers"),
+      ODY_KEY("model.n_head", int, model.n_head, "attention (query) heads; `d_model` must divide by it"),
+      ODY_KEY("model.d_model", int, model.d_model, "width of the residual stream"),
+      ODY_KEY("model.seq_len", int, model.seq_len,
+              "the model's context: rows of GPT-2's position table, Llama's longest position"),
+      ODY_KEY("model.vocab_size", int, model.vocab_size,
+              "vocabulary (256 for `bytes`, 50257 for `gpt2`); every token shard is checked against it"),
       // Llama (tensor-pipeline-parallelism.md §5.1); GPT-2 refuses the shape keys that differ from its own.
-      ODY_KEY("model.n_kv_head", int, model.n_kv_head),
-      ODY_KEY("model.d_ff", int, model.d_ff),
-      ODY_KEY("model.head_dim", int, model.head_size),
-      ODY_KEY("model.rms_norm_eps", double, model.rms_norm_eps),
-      ODY_KEY("model.rope_theta", double, model.rope_theta),
-      ODY_KEY("model.rope_scaling.rope_type", std::string, model.rope_scaling.rope_type),
-      ODY_KEY("model.rope_scaling.factor", double, model.rope_scaling.factor),
-      ODY_KEY("model.rope_scaling.low_freq_factor", double, model.rope_scaling.low_freq_factor),
-      ODY_KEY("model.rope_scaling.high_freq_factor", double, model.rope_scaling.high_freq_factor),
+      ODY_KEY("model.n_kv_head", int, model.n_kv_head,
+              "Llama key/value heads for grouped-query attention (0: `n_head`); GPT-2 refuses other values"),
+      ODY_KEY("model.d_ff", int, model.d_ff,
+              "Llama MLP width (0: GPT-2's 4 x `d_model`); GPT-2 refuses other values"),
+      ODY_KEY("model.head_dim", int, model.head_size,
+              "head size (0: `d_model / n_head`); GPT-2 refuses other values"),
+      ODY_KEY("model.rms_norm_eps", double, model.rms_norm_eps,
+              "Llama RMSNorm epsilon (GPT-2's LayerNorm uses 1e-5)"),
+      ODY_KEY("model.rope_theta", double, model.rope_theta, "Llama RoPE base"),
+      ODY_KEY("model.rope_scaling.rope_type", std::string, model.rope_scaling.rope_type,
+              "Llama-3 frequency scaling of RoPE: `llama3`, or empty for none"),
+      ODY_KEY("model.rope_scaling.factor", double, model.rope_scaling.factor, "Llama-3 RoPE scaling: factor"),
+      ODY_KEY("model.rope_scaling.low_freq_factor", double, model.rope_scaling.low_freq_factor,
+              "Llama-3 RoPE scaling: low-frequency factor"),
+      ODY_KEY("model.rope_scaling.high_freq_factor", double, model.rope_scaling.high_freq_factor,
+              "Llama-3 RoPE scaling: high-frequency factor"),
       ODY_KEY("model.rope_scaling.original_max_position_embeddings", int,
-              model.rope_scaling.original_max_position_embeddings),
-      ODY_KEY("model.tie_embeddings", bool, model.tie_embeddings),
-      ODY_KEY("data.train", std::string, data.train),
-      ODY_KEY("data.val", std::string, data.val),
-      ODY_KEY("data.shuffle", bool, data.shuffle),
-      ODY_KEY("data.tokenizer", std::string, data.tokenizer),
-      ODY_KEY("data.vocab_dir", std::string, data.vocab_dir),
-      ODY_KEY("train.steps", int64_t, train.steps),
-      ODY_KEY("train.global_batch", int, train.global_batch),
-      ODY_KEY("train.micro_batch", int, train.micro_batch),
-      ODY_KEY("train.seq_len", int, train.seq_len),
-      ODY_KEY("train.lr", float, train.lr),
-      ODY_KEY("train.min_lr", float, train.min_lr),
-      ODY_KEY("train.warmup_steps", int64_t, train.warmup_steps),
-      ODY_ENUM_KEY("train.schedule", train.schedule, kScheduleNames),
-      ODY_KEY("train.weight_decay", float, train.weight_decay),
-      ODY_KEY("train.beta1", float, train.beta1),
-      ODY_KEY("train.beta2", float, train.beta2),
-      ODY_KEY("train.eps", float, train.eps),
-      ODY_KEY("train.grad_clip", float, train.grad_clip),
-      ODY_KEY("train.seed", uint64_t, train.seed),
-      ODY_ENUM_KEY("train.precision", train.precision, kPrecisionNames),
-      ODY_KEY("train.eval_every", int64_t, train.eval_every),
-      ODY_KEY("train.eval_rows", int, train.eval_rows),
-      ODY_KEY("train.threads", int, train.threads),
-      ODY_KEY("train.exit_after", int64_t, train.exit_after),
-      ODY_KEY("train.host_memory_gb", double, train.host_memory_gb),
-      ODY_KEY("train.gemm_gflops", double, train.gemm_gflops),
-      ODY_KEY("parallel.dp", int, parallel.dp),
-      ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses),
-      ODY_KEY("parallel.sp_ring", int, parallel.sp_ring),
-      ODY_ENUM_KEY("parallel.sp_ring_layout", parallel.sp_ring_layout, kRingLayoutNames),
-      ODY_KEY("parallel.tp", int, parallel.tp),
-      ODY_KEY("parallel.tp_sp", bool, parallel.tp_sp),
-      ODY_ENUM_KEY("parallel.tp_overlap", parallel.tp_overlap, kTpOverlapNames),
-      ODY_ENUM_KEY("parallel.domino_split", parallel.domino_split, kDominoSplitNames),
-      ODY_KEY("parallel.pp", int, parallel.pp),
-      ODY_ENUM_KEY("parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames),
-      ODY_KEY("parallel.pp_virtual", int, parallel.pp_virtual),
-      {"parallel.pp_layers", make_int_list_key([](auto& c) -> auto& { return c.parallel.pp_layers; })},
-      ODY_KEY("parallel.zero_stage", int, parallel.zero_stage),
-      ODY_KEY("parallel.ranks_per_node", int, parallel.ranks_per_node),
-      ODY_KEY("parallel.bucket_mb", double, parallel.bucket_mb),
-      ODY_ENUM_KEY("comm.weights", comm.weights, kWeightCommNames),
-      ODY_ENUM_KEY("comm.grads", comm.grads, kGradCommNames),
-      ODY_KEY("comm.hpz", bool, comm.hpz),
-      ODY_KEY("comm.grad_pipeline", int, comm.grad_pipeline),
-      ODY_KEY("checkpoint.dir", std::string, checkpoint.dir),
-      ODY_KEY("checkpoint.every", int64_t, checkpoint.every),
-      ODY_KEY("checkpoint.keep", int, checkpoint.keep),
-      ODY_KEY("checkpoint.resume", bool, checkpoint.resume),
-      ODY_KEY("checkpoint.overwrite", bool, checkpoint.overwrite),
-      ODY_ENUM_KEY("memory.checkpoint", memory.checkpoint, kCheckpointPolicyNames),
-      ODY_KEY("memory.head_chunk_tokens", int, memory.head_chunk_tokens),
-      ODY_KEY("memory.chunk_tokens", int, memory.chunk_tokens),
-      ODY_ENUM_KEY("memory.tier", memory.tier, kMemoryTierNames),
-      ODY_KEY("memory.offload_dir", std::string, memory.offload_dir),
-      ODY_KEY("memory.disk_budget_gb", double, memory.disk_budget_gb),
-      ODY_KEY("log.metrics", std::string, log.metrics),
-      ODY_KEY("log.every", int64_t, log.every),
+              model.rope_scaling.original_max_position_embeddings,
+              "Llama-3 RoPE scaling: the context the model was trained at"),
+      ODY_KEY("model.tie_embeddings", bool, model.tie_embeddings,
+              "Llama: the LM head shares the token embedding (GPT-2 always does)"),
+      ODY_KEY("data.train", std::string, data.train,
+              "training token shards: a file or a glob (llm.c format, uint16 or uint32 tokens)"),
+      ODY_KEY("data.val", std::string, data.val,
+              "validation token shards, file or glob; empty: no validation"),
+      ODY_KEY("data.shuffle", bool, data.shuffle,
+              "false: row i is tokens [i*T, i*T+T] of the data, as llm.c reads them; true: the same windows "
+              "in a seeded order per epoch"),
+      ODY_KEY("data.tokenizer", std::string, data.tokenizer,
+              "the tokenizer `generate` encodes prompts and decodes samples with: `bytes`, `gpt2`, "
+              "`cl100k_base`, `o200k_base`, `llama3`"),
+      ODY_KEY("data.vocab_dir", std::string, data.vocab_dir,
+              "the tokenizer's files (empty: `$ODYSSEY_CACHE/<tokenizer>`)"),
+      ODY_KEY("train.steps", int64_t, train.steps,
+              "optimizer steps; 0 writes the initial checkpoint and exits"),
+      ODY_KEY("train.global_batch", int, train.global_batch,
+              "rows per optimizer step, independent of the layout"),
+      ODY_KEY("train.micro_batch", int, train.micro_batch,
+              "rows per data-parallel rank per micro-step; accumulation = global_batch / (micro_batch x dp)"),
+      ODY_KEY("train.seq_len", int, train.seq_len, "tokens per row (0: `model.seq_len`; may not exceed it)"),
+      ODY_KEY("train.lr", float, train.lr, "peak learning rate"),
+      ODY_KEY("train.min_lr", float, train.min_lr, "learning rate at the end of the cosine schedule"),
+      ODY_KEY("train.warmup_steps", int64_t, train.warmup_steps, "linear warm-up steps"),
+      ODY_ENUM_KEY("train.schedule", train.schedule, kScheduleNames,
+                   "learning-rate schedule after the warm-up"),
+      ODY_KEY("train.weight_decay", float, train.weight_decay,
+              "AdamW decay on matrices and embeddings (not on biases and norms)"),
+      ODY_KEY("train.beta1", float, train.beta1, "AdamW beta1"),
+      ODY_KEY("train.beta2", float, train.beta2, "AdamW beta2"),
+      ODY_KEY("train.eps", float, train.eps, "AdamW epsilon"),
+      ODY_KEY("train.grad_clip", float, train.grad_clip, "global gradient-norm clipping (0: off)"),
+      ODY_KEY("train.seed", uint64_t, train.seed,
+              "initialisation, shuffling and stochastic rounding derive from it and the step"),
+      ODY_ENUM_KEY("train.precision", train.precision, kPrecisionNames,
+                   "arithmetic; only `fp32` is built (`bf16` is refused)"),
+      ODY_KEY("train.eval_every", int64_t, train.eval_every,
+              "validation loss every N steps (0: only at the end)"),
+      ODY_KEY("train.eval_rows", int, train.eval_rows, "rows of `data.val` per validation (0: all)"),
+      ODY_KEY("train.threads", int, train.threads,
+              "OpenMP threads per rank (0: the host's cores / ranks on the host, or OMP_NUM_THREADS)"),
+      ODY_KEY("train.exit_after", int64_t, train.exit_after,
+              "stop after N steps of this invocation, with a checkpoint; resume later with "
+              "`checkpoint.resume` (0: never)"),
+      ODY_KEY(
+          "train.host_memory_gb", double, train.host_memory_gb,
+          "memory budget per host for the start-up check, GiB (0: MemAvailable before the ranks allocate)"),
+      ODY_KEY("train.gemm_gflops", double, train.gemm_gflops,
+              "MFU's denominator, stated: fp32 GFLOP/s per rank (0: the peak of the cores each rank computes "
+              "on, from `odyssey info`)"),
+      ODY_KEY("parallel.dp", int, parallel.dp, "data-parallel degree (0: world size / the other degrees)"),
+      ODY_KEY("parallel.sp_ulysses", int, parallel.sp_ulysses,
+              "DeepSpeed-Ulysses sequence-parallel degree (all-to-all over heads)"),
+      ODY_KEY("parallel.sp_ring", int, parallel.sp_ring, "ring-attention sequence-parallel degree"),
+      ODY_ENUM_KEY("parallel.sp_ring_layout", parallel.sp_ring_layout, kRingLayoutNames,
+                   "token order across ring ranks (`zigzag` balances causal work)"),
+      ODY_KEY("parallel.tp", int, parallel.tp,
+              "tensor-parallel degree (Megatron column/row linears, vocabulary-parallel head)"),
+      ODY_KEY("parallel.tp_sp", bool, parallel.tp_sp,
+              "Megatron sequence parallelism under tp > 1: norms and residuals on token slices"),
+      ODY_ENUM_KEY("parallel.tp_overlap", parallel.tp_overlap, kTpOverlapNames,
+                   "`domino` hides the tp reductions behind the other half of the micro-batch"),
+      ODY_ENUM_KEY("parallel.domino_split", parallel.domino_split, kDominoSplitNames,
+                   "Domino's halves: `rows` (micro_batch even) or `tokens` (micro_batch 1)"),
+      ODY_KEY("parallel.pp", int, parallel.pp, "pipeline-parallel degree"),
+      ODY_ENUM_KEY("parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames,
+                   "pipeline schedule (`interleaved` needs pp_virtual >= 2; `zb1` ZeRO 0-1 only)"),
+      ODY_KEY("parallel.pp_virtual", int, parallel.pp_virtual, "pipeline stages per pp rank"),
+      {"parallel.pp_layers",
+       documented(make_int_list_key([](auto& c) -> auto& { return c.parallel.pp_layers; }),
+                  "layers of each of the pp x pp_virtual stages (empty: an even split counting the "
+                  "embeddings and head as a layer each)")},
+      ODY_KEY("parallel.zero_stage", int, parallel.zero_stage,
+              "ZeRO stage 0-3 over dp x sp: 1 shards optimizer state, 2 also gradients, 3 also parameters"),
+      ODY_KEY("parallel.ranks_per_node", int, parallel.ranks_per_node,
+              "ranks that count as one node (0: as MPI reports the hosts); emulates nodes on one host"),
+      ODY_KEY("parallel.bucket_mb", double, parallel.bucket_mb,
+              "gradient bucket size, MB (0: one bucket per unit)"),
+      ODY_ENUM_KEY("comm.weights", comm.weights, kWeightCommNames,
+                   "compressed weight communication: ZeRO++ qwZ (`int8`, `int4`) or SDP4Bit weight "
+                   "differences (`qwd`)"),
+      ODY_ENUM_KEY("comm.grads", comm.grads, kGradCommNames,
+                   "compressed gradient communication: one-level `int8`/`int4`, ZeRO++ `qgz`, SDP4Bit "
+                   "two-level `tlq`, `tlq_hs`"),
+      ODY_KEY("comm.hpz", bool, comm.hpz,
+              "ZeRO++ hierarchical partitioning: backward gathers inside the node (ZeRO-3)"),
+      ODY_KEY("comm.grad_pipeline", int, comm.grad_pipeline,
+              "slices of the two-level gradient reduce-scatter, overlapping its intra- and inter-node hops "
+              "(1-64)"),
+      ODY_KEY("checkpoint.dir", std::string, checkpoint.dir,
+              "the run directory: `step_XXXXXXXX/` checkpoints and `metrics.jsonl`"),
+      ODY_KEY("checkpoint.every", int64_t, checkpoint.every,
+              "save every N steps (0: only at the end; a checkpoint is always written at the end)"),
+      ODY_KEY("checkpoint.keep", int, checkpoint.keep, "newest complete checkpoints kept (0: all)"),
+      ODY_KEY("checkpoint.resume", bool, checkpoint.resume,
+              "continue from the newest complete checkpoint in `checkpoint.dir`, under any layout"),
+      ODY_KEY("checkpoint.overwrite", bool, checkpoint.overwrite,
+              "a fresh run deletes another run's checkpoints and metrics in `checkpoint.dir` instead of "
+              "refusing"),
+      ODY_ENUM_KEY(
+          "memory.checkpoint", memory.checkpoint, kCheckpointPolicyNames,
+          "what a layer keeps for its backward (none, cheap, keep_attention, full: less memory, more "
+          "recompute; auto: the first that fits); every choice gives the same numbers bit for bit"),
+      ODY_KEY(
+          "memory.head_chunk_tokens", int, memory.head_chunk_tokens,
+          "the LM head and its loss run fused over chunks of this many tokens (0: the whole micro-batch)"),
+      ODY_KEY("memory.chunk_tokens", int, memory.chunk_tokens,
+              "a layer's token-local ops (and in one process or under Ulysses its attention, per query "
+              "chunk) run over chunks of this many rows (0: the whole micro-batch)"),
+      ODY_ENUM_KEY("memory.tier", memory.tier, kMemoryTierNames,
+                   "where keep_attention and full keep the layer inputs: `ram`, or `disk` (a scratch file "
+                   "per rank in `memory.offload_dir`)"),
+      ODY_KEY("memory.offload_dir", std::string, memory.offload_dir,
+              "a directory on a local disk for the disk tier's scratch files (required with `memory.tier = "
+              "disk`)"),
+      ODY_KEY("memory.disk_budget_gb", double, memory.disk_budget_gb,
+              "disk the scratch files of this host's ranks may take, GiB (0: 90% of the free space of "
+              "`memory.offload_dir`)"),
+      ODY_KEY("log.metrics", std::string, log.metrics,
+              "metrics file, one JSON line per logged step (empty: `<checkpoint.dir>/metrics.jsonl`)"),
+      ODY_KEY("log.every", int64_t, log.every,
+              "log a metrics line every N steps (and at validations and the last step)"),
   };
   return table;
 }
@@ -271,6 +360,23 @@ int RunConfig::layer_chunk_rows() const {
   return int((parallel.tp_sp ? tokens / parallel.tp : tokens) / 2);
 }
 
+std::vector<ConfigKeyInfo> config_key_reference() {
+  const nlohmann::json defaults = run_config_to_json(RunConfig{});
+  std::vector<ConfigKeyInfo> rows;
+  for (const auto& [name, key] : keys()) {
+    const size_t dot = name.find('.');
+    const nlohmann::json& value = defaults[name.substr(0, dot)][name.substr(dot + 1)];
+    std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+    if (value.is_number_float()) {
+      // The shortest text that reads back as the field's value (float fields: 0.9, not 0.8999999761581421).
+      const double v = value.get<double>();
+      text = double(float(v)) == v ? fmt::format("{}", float(v)) : fmt::format("{}", v);
+    }
+    rows.push_back({name, key.type, text, key.meaning});
+  }
+  return rows;
+}
+
 nlohmann::json run_config_to_json(const RunConfig& config) {
   nlohmann::json record = nlohmann::json::object();
   for (const auto& [name, key] : keys()) {
@@ -310,7 +416,7 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.threads >= 0, "train.threads must be >= 0, got {}", t.threads);
   ODY_CHECK(t.host_memory_gb >= 0, "train.host_memory_gb must be >= 0, got {}", t.host_memory_gb);
   ODY_CHECK(t.gemm_gflops >= 0 && std::isfinite(t.gemm_gflops),
-            "train.gemm_gflops must be a finite rate >= 0 (0 measures it), got {}", t.gemm_gflops);
+            "train.gemm_gflops must be a finite rate >= 0 (0: the hardware peak), got {}", t.gemm_gflops);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
   ODY_CHECK(is_tokenizer_name(data.tokenizer), "data.tokenizer: unknown tokenizer '{}' ({})", data.tokenizer,
             kTokenizerNames);

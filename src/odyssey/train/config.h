@@ -57,8 +57,8 @@ struct TrainConfig {
   int threads = 0;            // OpenMP threads per rank (0: the host's cores / ranks on the host)
   int64_t exit_after = 0;     // stop after this many steps of this invocation, with a checkpoint (0: never)
   double host_memory_gb = 0;  // memory budget per host for the start-up check (0: MemAvailable)
-  double gemm_gflops = 0;     // MFU's denominator, fp32 GFLOP/s per rank (0: measured at the start
-                              // and at each validation, the best rate kept)
+  double gemm_gflops = 0;     // MFU's denominator stated, fp32 GFLOP/s per rank (0: the hardware peak
+                              // of the rank's cores, train/mfu.h)
 };
 
 struct ParallelConfig {
@@ -145,6 +145,13 @@ struct RunConfig {
 // Every key with its value, as {"section": {"key": value}} (choices by name): the run record a
 // checkpoint manifest keeps.
 nlohmann::json run_config_to_json(const RunConfig& config);
+
+// One key of the configuration reference (`odyssey config-reference`, docs/configuration.md): its
+// name, type, default (RunConfig{}'s value as text) and meaning, from the key table; sorted by name.
+struct ConfigKeyInfo {
+  std::string name, type, default_value, meaning;
+};
+std::vector<ConfigKeyInfo> config_key_reference();
 
 // Parses the TOML file, then applies the overrides ("section.key=value").
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);

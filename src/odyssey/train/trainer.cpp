@@ -36,7 +36,9 @@
 #include "odyssey/train/evaluate.h"
 #include "odyssey/train/memory_check.h"
 #include "odyssey/train/metrics.h"
+#include "odyssey/train/mfu.h"
 #include "odyssey/train/offload_directory.h"
+#include "odyssey/train/progress.h"
 #include "odyssey/train/run_directory.h"
 #include "odyssey/train/sharded_checkpoint.h"
 #include "odyssey/train/train_step.h"
@@ -473,7 +475,7 @@ struct Run {
         config.layer_chunk_rows(), enum_name(kDominoSplitNames, config.parallel.domino_split));
   }
 
-  void log_start(double gemm_gflops) const {
+  void log_start(double peak_gflops, const std::string& peak_note) const {
     const TrainConfig& tc = config.train;
     std::string layout = grid.describe();
     while (!layout.empty() && layout.back() == '\n') layout.pop_back();
@@ -495,9 +497,9 @@ struct Run {
           shape.m, shape.P, 100.0 * (shape.P - 1) / (shape.m + shape.P - 1));
     log_info(
         "batch: {} rows x {} tokens per step ({} micro-steps of {} rows on each of {} data-parallel ranks), "
-        "{} threads per rank; GEMM rate {:.1f} GFLOP/s per rank ({})",
+        "{} threads per rank; MFU against a peak of {:.1f} GFLOP/s: {}",
         tc.global_batch, seq_len(), tc.global_batch / (tc.micro_batch * dp.size()), tc.micro_batch, dp.size(),
-        omp_get_max_threads(), gemm_gflops, tc.gemm_gflops > 0 ? "train.gemm_gflops" : "measured");
+        omp_get_max_threads(), peak_gflops, peak_note);
     log_info(
         "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters "
         "over {} ranks",
@@ -621,13 +623,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
 
   const double flops_per_token = run.arch.training_flops_per_token(config.model, T);
-  // The MFU denominator: the fp32 GEMM rate this machine achieves, or train.gemm_gflops (MFU comparable
-  // across runs and hosts, and no 0.3 s of 1024^3 GEMMs on every rank at start). On a shared machine a
-  // single measurement can land in a busy moment, so it is measured again at every validation and the
-  // best rate seen is kept (MFU never rises above 1 because the first measurement was unlucky).
-  const bool measure_gemm = tc.gemm_gflops == 0;
-  double gemm_gflops = !measure_gemm ? tc.gemm_gflops : tc.steps > start_step ? measure_gemm_gflops() : 0.0;
-  if (root) run.log_start(gemm_gflops);
+  // MFU's denominator: the peak of the cores the job computes on, or train.gemm_gflops (train/mfu.h).
+  std::string peak_note;
+  MfuMeter mfu_meter(job_peak_gflops(world, omp_get_max_threads(), tc.gemm_gflops, &peak_note));
+  if (root) run.log_start(mfu_meter.peak_gflops(), peak_note);
 
   std::unique_ptr<MetricsWriter> metrics;
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
@@ -666,6 +665,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   StopSignals stop_signals;
   int64_t end_step = tc.steps;
   if (tc.exit_after > 0) end_step = std::min(end_step, start_step + tc.exit_after);
+  const Progress progress(start_step, end_step);
 
   for (int64_t step = start_step; step < end_step; ++step) {
     world.stats().reset();  // the metrics report this step's traffic
@@ -703,9 +703,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
         run.pipeline ? pipeline_metrics(run, stepped, ms) : nlohmann::json();
     const int64_t step_tokens = int64_t(tc.global_batch) * T;
     const double tokens_per_s = step_tokens / (ms / 1e3);
-    // MFU against the GEMM rate of all ranks together.
-    const double mfu =
-        gemm_gflops > 0 ? flops_per_token * tokens_per_s / (gemm_gflops * 1e9 * world.size()) : 0.0;
+    const double mfu = mfu_meter.mfu(flops_per_token * tokens_per_s);
     total_tokens_per_s += tokens_per_s;
     ++steps_run;
     result.steps = step + 1;
@@ -726,6 +724,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"step_ms", ms},
                              {"tokens_per_s", tokens_per_s},
                              {"mfu", mfu},
+                             {"peak_gflops", mfu_meter.peak_gflops()},
                              {"comm", comm},
                              {"comm_bytes_per_param", traffic.per_param_json(params)},
                              {"memory", memory.to_json()},
@@ -755,7 +754,6 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     const bool last = step + 1 == end_step;
     const bool eval_now = run.val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
-      if (measure_gemm) gemm_gflops = std::max(gemm_gflops, measure_gemm_gflops(1024, 0.1));
       double val = validate();
       record["val_loss"] = val;
       result.val_loss = val;
@@ -765,10 +763,12 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       log_info(
           "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% "
           "| "
-          "comm {:.2f} MB{}",
+          "comm {:.2f} MB{}{}{}",
           step + 1, tc.steps, loss, eval_now ? fmt::format(" | val {:.4f}", double(record["val_loss"])) : "",
           lr, grad_norm, ms, tokens_per_s, 100 * mfu, double(comm["total_bytes"]) / 1e6,
-          run.tp_overlap ? fmt::format(" | tp hidden {:.0f}%", 100 * overlap.hidden_fraction()) : "");
+          run.tp_overlap ? fmt::format(" | tp hidden {:.0f}%", 100 * overlap.hidden_fraction()) : "",
+          mfu_meter.raised() ? fmt::format(" | peak raised to {:.1f} GFLOP/s", mfu_meter.peak_gflops()) : "",
+          progress.line(step + 1));
     if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last)
       run.save(step + 1, schedule);
     // Every rank learns whether any rank was signalled, so all stop (and save) at the same step.
