@@ -15,6 +15,7 @@
 #include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
+#include "odyssey/comm/wire_bytes.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
@@ -667,8 +668,10 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   int64_t end_step = tc.steps;
   if (tc.exit_after > 0) end_step = std::min(end_step, start_step + tc.exit_after);
 
+  InterNodeSentBytes wire;  // the bytes each step puts on the links between hosts
   for (int64_t step = start_step; step < end_step; ++step) {
     world.stats().reset();  // the metrics report this step's traffic
+    wire.start();
     Timer timer;
     const OffloadStats io_before = acts ? acts->offload() : OffloadStats{};
     const float lr = schedule.at(step);
@@ -699,6 +702,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     memory.activations += run.gemm_scratch_bytes();
     // After `comm` is read, so these gathers are not counted in the step's traffic.
     const auto [peak_rss_mine, peak_rss_max] = peak_rss(world);
+    const uint64_t inter_node_sent = wire.all_ranks(world);
     const nlohmann::json pipeline_record =
         run.pipeline ? pipeline_metrics(run, stepped, ms) : nlohmann::json();
     const int64_t step_tokens = int64_t(tc.global_batch) * T;
@@ -731,6 +735,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
                              {"memory", memory.to_json()},
                              {"peak_rss_bytes", peak_rss_mine},
                              {"peak_rss_bytes_max", peak_rss_max}};
+    record["comm"]["inter_node_sent_bytes_all_ranks"] = inter_node_sent;
     if (config.memory.tier == MemoryTier::disk && acts) {
       // This step's disk-tier traffic (the counters restart when the activations are re-sized).
       OffloadStats io = acts->offload();
