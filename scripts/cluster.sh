@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A cluster of N hosts on this machine: each host a Linux network namespace with its own hostname
-# (a UTS namespace), one veth link to a bridge, an address of 10.213.0.0/24 (or --subnet), and
-# optionally a shaped link. Open MPI then starts ranks inside the hosts through a launch agent that
-# enters the namespaces where it would otherwise ssh, so a plain
+# (a UTS namespace), one veth link to a bridge, an address of 10.213.K.0/24 (K from the name, or
+# --subnet: clusters of different names can coexist), and optionally a shaped link. Open MPI then
+# starts ranks inside the hosts through a launch agent that enters the namespaces where it would
+# otherwise ssh, so a plain
 #   mpirun --hostfile DIR/hostfile --mca plm_rsh_agent DIR/agent --mca btl tcp,self \
 #          --mca btl_tcp_if_include ody0 --mca oob_tcp_if_include SUBNET.0/24 ...
 # runs as it would on N machines ("DIR/mpirun_args" holds those options). Needs root.
@@ -25,11 +26,11 @@
 set -euo pipefail
 
 usage() {
-  sed -n '10,13p' "$0" | sed 's/^#   //' >&2
+  grep -E '^#   scripts/cluster.sh' "$0" | sed 's/^#   //' >&2
   exit 2
 }
 
-name=ody slots=2 rate="" delay="" subnet=10.213.0
+name=ody slots=2 rate="" delay="" subnet=""
 cmd="${1:-}"
 [ -n "$cmd" ] || usage
 shift
@@ -53,6 +54,12 @@ while [ $# -gt 0 ]; do
 done
 [[ "$name" =~ ^[a-z][a-z0-9]{0,5}$ ]] ||
   { echo "cluster: --name must be 1-6 lower-case letters/digits starting with a letter (interface names are short), got '$name'" >&2 && exit 2; }
+# The default subnet: 10.213.K with K in 1..200 from the name (the ody cluster's is 10.213.0).
+if [ -z "$subnet" ]; then
+  k=$(($(printf '%s' "$name" | cksum | cut -d' ' -f1) % 200 + 1))
+  [ "$name" = ody ] && k=0
+  subnet=10.213.$k
+fi
 [[ "$subnet" =~ ^10\.[0-9]+\.[0-9]+$ ]] ||
   { echo "cluster: --subnet must be a private 10.X.Y prefix, got '$subnet'" >&2 && exit 2; }
 [[ "$slots" =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || { echo "cluster: --slots must be >= 1" >&2 && exit 2; }

@@ -18,7 +18,8 @@ hosts=$(timeout 60 mpirun "${CLUSTER_ARGS[@]}" -np 3 --map-by node hostname | so
 [ "$hosts" = "$CLUSTER_NAME-h0 $CLUSTER_NAME-h1 $CLUSTER_NAME-h2 " ] && echo "ok: one rank on each host: $hosts" ||
   fail "hostnames of the ranks: '$hosts'"
 addrs=$(timeout 60 mpirun "${CLUSTER_ARGS[@]}" -np 3 --map-by node ip -4 -o addr show ody0 | awk '{print $4}' | sort | tr '\n' ' ')
-[ "$addrs" = "10.213.0.1/24 10.213.0.2/24 10.213.0.3/24 " ] && echo "ok: addresses $addrs" || fail "addresses: '$addrs'"
+want=$(awk '{printf "%s/24 ", $3}' "$CLUSTER_DIR/hosts")
+[ "$addrs" = "$want" ] && echo "ok: addresses $addrs" || fail "addresses: '$addrs', expected '$want'"
 qdisc=$(ip netns exec "$CLUSTER_NAME-h1" tc qdisc show dev ody0)
 grep -q "tbf.*rate 1Gbit" <<<"$qdisc" && echo "ok: link shaped: $qdisc" || fail "not shaped: $qdisc"
 make_shards "$WORK/data"
