@@ -61,17 +61,6 @@ same_run() {
     fail "$1: not bitwise $2's: $(paste <(losses "$2") <(losses "$1") | head -3 | tr '\n' ' ')"
   fi
 }
-# close_run NAME REF: every step's loss and the validation loss within relative 1e-6 of REF's.
-close_run() {
-  if paste -d' ' <(losses "$2") <(losses "$1") <(grad_norms "$2") <(grad_norms "$1") |
-    awk 'function rel(a, b) { d = a - b; if (d < 0) d = -d; return d / (a < 0 ? -a : a) }
-         NF != 4 || rel($1, $2) > 1e-6 { bad = 1 } { n++ } END { exit (bad || n < 2) }' &&
-    awk -v a="$(val_loss "$2")" -v b="$(val_loss "$1")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-6 * a) }'; then
-    echo "ok: $1 within 1e-6 of $2"
-  else
-    fail "$1: differs from $2 by more than 1e-6: $(paste <(losses "$2") <(losses "$1") | head -3 | tr '\n' ' ')"
-  fi
-}
 # nodes_seen NAME N: the run's grid saw N real (not emulated) nodes.
 nodes_seen() {
   grep -qE "$2 node\(s\)$" "$WORK/$1.log" && echo "ok: $1 ran on $2 nodes as MPI reports them" ||
