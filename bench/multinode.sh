@@ -16,14 +16,16 @@
 # gradients) with a step of BATCH (4) rows of SEQ (64) tokens, so that on this 2-core machine the
 # step's compute (~1 s for 4 ranks) is below what fp32 ZeRO moves over a 100 Mbit/s link (~3 s) and
 # above it at 10 Gbit/s (the issue's T = 256, 8 rows: SEQ=256 BATCH=8). Data: the Brown corpus as
-# bytes (prepared into $WORK once). One JSON line per run to stdout and to bench/results/multinode/<date>_<commit>.jsonl:
-# step time and tokens/s (medians over the steps after the first), the bytes that crossed between
-# hosts per step (comm.inter_node_sent_bytes_all_ranks) and per host link, the link utilisation
-# (those bytes per second on the busiest link against its rate, both directions counted on the
-# sender's side), the validation loss after STEPS steps, the compute-only step (shm) and the bound
-# max(shm step, link bytes / rate) with the exposed communication (step - shm step); with the CPU,
-# the commit, the date and the load average at the end of the run (the machine's 2 cores are shared:
-# all 2 x HOSTS ranks and any other work run on them, so times are upper bounds).
+# bytes (prepared into $WORK once).
+#
+# One JSON line per run, to stdout and to bench/results/multinode/<date>_<commit>.jsonl: step time and
+# tokens/s (medians over the steps after the first), the bytes that crossed between hosts per step
+# (comm.inter_node_sent_bytes_all_ranks) and per host link, the link's seconds per step at its rate
+# and its utilisation (those seconds over the step), rank 0's seconds in communication calls, the
+# validation loss after STEPS steps; with the CPU, the commit, the date and the load average at the
+# end of the run (the machine's 2 cores are shared: all 2 x HOSTS ranks and any other work run on
+# them, so times are upper bounds). The shm line of a layout is its compute-only reference: the
+# bound overlap would reach is max(shm step, link seconds).
 # --delay (tc netem) is used when DELAY is set and the kernel has sch_netem; this project's CI kernel
 # has not, so by default links are shaped in rate only.
 set -uo pipefail
@@ -102,6 +104,9 @@ out = {"layout": layout, "hosts": hosts, "ranks": 2 * hosts, "link": rate,
        "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in timed), 1),
        "inter_node_bytes_per_step": int(inter),
        "bus_bytes_per_rank_per_step": int(statistics.median(r["comm"]["total_bytes"] for r in timed)),
+       # rank 0's time in communication calls (a non-blocking one from its start to its wait, so this
+       # bounds the exposed communication from above)
+       "comm_seconds_per_step": round(statistics.median(r["comm"]["seconds"] for r in timed), 3),
        "val_loss": round(rows[-1].get("val_loss", float("nan")), 5),
        "cpu": host.get("cpu", host.get("cpu_model")), "commit": os.environ["COMMIT"], "date": os.environ["DATE"],
        "load_average": os.getloadavg()[0]}
