@@ -29,7 +29,7 @@
 # --delay (tc netem) is used when DELAY is set and the kernel has sch_netem; this project's CI kernel
 # has not, so by default links are shaped in rate only.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 BIN=${BIN:-$ROOT/build/odyssey}
 HOSTS=${HOSTS:-2}

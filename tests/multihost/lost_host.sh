@@ -16,7 +16,7 @@ cfg="$WORK/tiny.toml"
 tiny_config "$WORK/data/shards" "$cfg"
 cluster_up 2
 steps=200
-common=(--set train.steps=$steps --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
+common=(--set "train.steps=$steps" --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
   --set checkpoint.every=4 --set train.threads=1)
 
 # The uninterrupted run (one host), for the reshard comparison: its first 80 steps (of the 200 the

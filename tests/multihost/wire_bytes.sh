@@ -37,9 +37,9 @@ metric_sum() { grep -oE '"inter_node_sent_bytes_all_ranks":[0-9]+' "$WORK/$1/met
 measured() {
   local name="$1" steps="$2" before after
   shift 2
-  before=($(tx_counts))
+  read -ra before <<<"$(tx_counts)"
   hosts_run "$name" 4 --set train.steps="$steps" --set log.every=1 "$@"
-  after=($(tx_counts))
+  read -ra after <<<"$(tx_counts)"
   WIRE_BYTES=$((after[0] - before[0]))
   WIRE_PACKETS=$((after[1] - before[1]))
   METRIC=$(metric_sum "$name")
