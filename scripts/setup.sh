@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Odyssey needs (idempotent: skips what is present).
 #   bash scripts/setup.sh            what building the odyssey binary and running it need
-#   bash scripts/setup.sh --test     also GoogleTest, clang-format, python3 (the test suite)
+#   bash scripts/setup.sh --test     also GoogleTest, clang-format, python3, and iproute2, util-linux
+#                                    and bc (the test suite; tests/multihost's namespace cluster)
 #   bash scripts/setup.sh --plot     also python3-matplotlib (the demo's loss plot)
 #   bash scripts/setup.sh --torch    also PyTorch, numpy, OpenBLAS, tcmalloc (bench/compare.sh, reference data)
 #   bash scripts/setup.sh --fuzz     also clang 14 and its runtime libraries (libFuzzer; scripts/fuzz.sh)
@@ -14,7 +15,7 @@ packages=(build-essential cmake ninja-build pkg-config git ca-certificates
           ocl-icd-opencl-dev)
 for arg in "$@"; do
   case "$arg" in
-    --test) packages+=(libgtest-dev libgmock-dev clang-format python3) ;;
+    --test) packages+=(libgtest-dev libgmock-dev clang-format python3 iproute2 util-linux bc) ;;
     --plot) packages+=(python3 python3-matplotlib) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     # PyTorch needs an optimized BLAS (Debian's reference BLAS is 100x slower).

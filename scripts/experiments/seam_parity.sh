@@ -39,7 +39,8 @@ run() {
 record() {
   local name="$1"
   # by_group (added after the baseline) splits the same bytes by communicator; the totals are compared.
-  jq -c '{step, loss, grad_norm, val_loss, comm_bytes_per_param, comm: (.comm | del(.by_group?) | del(.. | .time_ms?, .seconds?, .ms?))}' \
+  # inter_node_sent_bytes_all_ranks (added after it too) counts TCP bytes between hosts: 0 on one host.
+  jq -c '{step, loss, grad_norm, val_loss, comm_bytes_per_param, comm: (.comm | del(.by_group?, .inter_node_sent_bytes_all_ranks?) | del(.. | .time_ms?, .seconds?, .ms?))}' \
     "$WORK/$name/metrics.jsonl" >"$WORK/$name.metrics"
   (cd "$WORK/$name" && find . -name '*.safetensors' | sort | xargs sha256sum) >"$WORK/$name.sums"
   if [ "$mode" = record ]; then

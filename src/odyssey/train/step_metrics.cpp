@@ -101,6 +101,7 @@ nlohmann::json step_record(const StepFigures& f) {
                            {"memory", f.memory.to_json()},
                            {"peak_rss_bytes", f.peak_rss},
                            {"peak_rss_bytes_max", f.peak_rss_max}};
+  record["comm"]["inter_node_sent_bytes_all_ranks"] = f.inter_node_sent;
   if (f.offload)
     record["offload"] = {{"bytes_written", f.offload->bytes_written},
                          {"bytes_read", f.offload->bytes_read},

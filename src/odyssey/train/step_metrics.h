@@ -31,6 +31,7 @@ struct StepFigures {
   int64_t params = 0;        // parameters of this rank's stages
   MemoryReport memory;       // per rank
   uint64_t peak_rss = 0, peak_rss_max = 0;
+  uint64_t inter_node_sent = 0;         // payload bytes all ranks sent to other hosts (comm/wire_bytes.h)
   nlohmann::json pipeline;              // pipeline_metrics (null with one pp rank)
   std::optional<OverlapTimes> overlap;  // Domino's tp reductions (parallel.tp_overlap = domino)
   std::optional<OffloadStats> offload;  // the step's disk-tier traffic (memory.tier = disk)

@@ -8,6 +8,7 @@
 
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
+#include "odyssey/comm/wire_bytes.h"
 #include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
@@ -120,7 +121,9 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
                      int64_t step, double flops_per_token, MfuMeter& mfu) {
   const RunConfig& config = layout.config;
   Communicator& world = layout.world;
-  world.stats().reset();  // the metrics report this step's traffic
+  world.stats().reset();    // the metrics report this step's traffic
+  InterNodeSentBytes wire;  // the bytes the step puts on the links between hosts
+  wire.start();
   Timer timer;
   const OffloadStats io_before = layout.runner->offload();
   StepFigures f;
@@ -140,6 +143,7 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
   for (const auto& stage : layout.stages) f.params += stage->table().total();
   f.memory = live_memory(layout);
   std::tie(f.peak_rss, f.peak_rss_max) = peak_rss(world);
+  f.inter_node_sent = wire.all_ranks(world);
   if (layout.shape.P > 1) f.pipeline = pipeline_metrics(layout, f.result, f.ms);
   if (config.memory.tier == MemoryTier::disk) {
     // This step's disk-tier traffic (the counters restart when the activations are re-sized).

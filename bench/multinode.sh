@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Training across hosts over shaped links (docs/multi-node.md): a namespace cluster of HOSTS hosts x
+# 2 ranks (scripts/cluster.sh; root), each host's link shaped to RATE in both directions (tc tbf), and
+# every layout trained STEPS steps on dp = 2 x HOSTS:
+#   fp32_zero1   ZeRO-1, fp32 communication
+#   fp32_zero3   ZeRO-3, fp32 communication
+#   sdp4bit      SDP4Bit: qWD weights + TLq-HS gradients (Hadamard, 8/4-bit two-level), grad_pipeline 8, ZeRO-1
+#   zeropp       ZeRO++: int4 qwZ weights + hpZ + qgZ gradients, ZeRO-3
+# and once more with all ranks on this host over shared memory and the nodes emulated
+# (parallel.ranks_per_node = 2): the compute-only reference ("shm").
+#
+#   sudo bench/multinode.sh                       # HOSTS="2" RATES="1gbit 100mbit" STEPS=4
+#   HOSTS="2 4" RATES="10gbit 1gbit 100mbit" sudo bench/multinode.sh
+#
+# The model is the issue's (4 layers, d_model 256, vocabulary 8,192: 5.3M parameters, 21 MB of fp32
+# gradients) with a step of BATCH (4) rows of SEQ (64) tokens, so that on this 2-core machine the
+# step's compute (~1 s for 4 ranks) is below what fp32 ZeRO moves over a 100 Mbit/s link (~3 s) and
+# above it at 10 Gbit/s (the issue's T = 256, 8 rows: SEQ=256 BATCH=8). Data: the Brown corpus as
+# bytes (prepared into $WORK once).
+#
+# One JSON line per run, to stdout and to bench/results/multinode/<date>_<commit>.jsonl: step time and
+# tokens/s (medians over the steps after the first), the bytes that crossed between hosts per step
+# (comm.inter_node_sent_bytes_all_ranks) and per host link, the link's seconds per step at its rate
+# and its utilisation (those seconds over the step), rank 0's seconds in communication calls, the
+# validation loss after STEPS steps; with the CPU, the commit, the date and the load average at the
+# end of the run (the machine's 2 cores are shared: all 2 x HOSTS ranks and any other work run on
+# them, so times are upper bounds). The shm line of a layout is its compute-only reference: the
+# bound overlap would reach is max(shm step, link seconds).
+# --delay (tc netem) is used when DELAY is set and the kernel has sch_netem; this project's CI kernel
+# has not, so by default links are shaped in rate only.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+BIN=${BIN:-$ROOT/build/odyssey}
+HOSTS=${HOSTS:-2}
+RATES=${RATES:-"1gbit 100mbit"}
+STEPS=${STEPS:-4}
+DELAY=${DELAY:-}
+LAYOUTS=${LAYOUTS:-"fp32_zero1 fp32_zero3 sdp4bit zeropp"}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+set -a
+. "$ROOT/tests/mpi_launch.env"
+set +a
+unset PMIX_MCA_gds  # one host's setting: with daemons on several hosts MPI_Init never returns
+WORK=$(mktemp -d)
+NAME=odybn
+trap 'bash scripts/cluster.sh down --name $NAME; rm -rf "$WORK"' EXIT
+trap 'exit 130' INT TERM
+bash scripts/cluster.sh check || exit 1
+
+OUT_DIR="$ROOT/bench/results/multinode"
+mkdir -p "$OUT_DIR"
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+OUT="$OUT_DIR/$(date -u +%Y%m%d_%H%M)_$COMMIT.jsonl"
+export HOST_JSON=$("$BIN" info) COMMIT DATE
+
+"$BIN" prepare --input "$ROOT"/cache/brown/text/*.txt --output "$WORK/shards" --tokenizer bytes \
+  --val-fraction 0.05 --quiet >/dev/null || { echo "multinode: cannot prepare cache/brown/text (scripts/fetch_brown.sh)" >&2 && exit 1; }
+cfg="$WORK/model.toml"
+cat >"$cfg" <<TOML
+[model]
+arch = "gpt2"
+n_layer = 4
+n_head = 4
+d_model = 256
+seq_len = ${SEQ:-64}
+vocab_size = 8192
+[data]
+train = "$WORK/shards/train_*.bin"
+val = "$WORK/shards/val_*.bin"
+[train]
+gemm_gflops = 50
+global_batch = ${BATCH:-4}
+micro_batch = 1
+lr = 1e-3
+warmup_steps = 2
+eval_rows = 16
+threads = 1
+seed = 1337
+TOML
+
+layout_args() {
+  case "$1" in
+    fp32_zero1) echo "--set parallel.zero_stage=1" ;;
+    fp32_zero3) echo "--set parallel.zero_stage=3" ;;
+    sdp4bit) echo "--set parallel.zero_stage=1 --set comm.weights=qwd --set comm.grads=tlq_hs --set comm.grad_pipeline=8" ;;
+    zeropp) echo "--set parallel.zero_stage=3 --set comm.weights=int4 --set comm.grads=qgz --set comm.hpz=true" ;;
+  esac
+}
+
+# record DIR LAYOUT HOSTS RATE: the run's JSON line (appended to $OUT and printed).
+record() {
+  python3 - "$@" <<'PY' | tee -a "$OUT"
+import json, os, statistics, sys
+d, layout, hosts, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rows = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"step_ms"' in l]
+timed = rows[1:] if len(rows) > 1 else rows  # the first step warms up
+step_ms = statistics.median(r["step_ms"] for r in timed)
+inter = statistics.median(r["comm"].get("inter_node_sent_bytes_all_ranks", 0) for r in timed)
+host = json.loads(os.environ["HOST_JSON"])
+out = {"layout": layout, "hosts": hosts, "ranks": 2 * hosts, "link": rate,
+       "steps": len(rows), "step_ms": round(step_ms, 1),
+       "tokens_per_s": round(statistics.median(r["tokens_per_s"] for r in timed), 1),
+       "inter_node_bytes_per_step": int(inter),
+       "bus_bytes_per_rank_per_step": int(statistics.median(r["comm"]["total_bytes"] for r in timed)),
+       # rank 0's time in communication calls (a non-blocking one from its start to its wait, so this
+       # bounds the exposed communication from above)
+       "comm_seconds_per_step": round(statistics.median(r["comm"]["seconds"] for r in timed), 3),
+       "val_loss": round(rows[-1].get("val_loss", float("nan")), 5),
+       "cpu": host.get("cpu", host.get("cpu_model")), "commit": os.environ["COMMIT"], "date": os.environ["DATE"],
+       "load_average": os.getloadavg()[0]}
+units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
+for u, f in units.items():
+    if rate.endswith(u):
+        bits = float(rate[: -len(u)]) * f
+        per_link = inter / hosts  # bytes each host's link sends per step (the layouts are symmetric)
+        out["link_bytes_per_step"] = int(per_link)
+        out["link_seconds_per_step"] = round(per_link * 8 / bits, 4)
+        out["link_utilisation"] = round(per_link * 8 / bits / (step_ms / 1e3), 3)
+print(json.dumps(out))
+PY
+}
+
+for hosts in $HOSTS; do
+  np=$((2 * hosts))
+  for layout in $LAYOUTS; do
+    read -ra args <<<"$(layout_args "$layout")"
+    dir="$WORK/${layout}_${hosts}h_shm"
+    mpirun --oversubscribe -np "$np" "$BIN" train --config "$cfg" --set "checkpoint.dir=$dir" \
+      --set train.steps="$STEPS" --set parallel.ranks_per_node=2 "${args[@]}" >"$dir.log" 2>&1 &&
+      record "$dir" "$layout" "$hosts" shm || echo "{\"layout\":\"$layout\",\"link\":\"shm\",\"error\":\"$(tail -n 1 "$dir.log")\"}"
+  done
+  for rate in $RATES; do
+    bash scripts/cluster.sh up "$hosts" --name $NAME --rate "$rate" ${DELAY:+--delay "$DELAY"} >/dev/null || exit 1
+    read -ra cluster_args <"/run/odyssey-cluster/$NAME/mpirun_args"
+    for layout in $LAYOUTS; do
+      read -ra args <<<"$(layout_args "$layout")"
+      dir="$WORK/${layout}_${hosts}h_$rate"
+      timeout 900 mpirun "${cluster_args[@]}" -np "$np" "$BIN" train --config "$cfg" --set "checkpoint.dir=$dir" \
+        --set train.steps="$STEPS" "${args[@]}" >"$dir.log" 2>&1 &&
+        record "$dir" "$layout" "$hosts" "$rate" ||
+        echo "{\"layout\":\"$layout\",\"link\":\"$rate\",\"error\":\"$(tail -n 1 "$dir.log")\"}"
+    done
+    bash scripts/cluster.sh down --name $NAME
+  done
+done
+echo "multinode: results in $OUT" >&2
