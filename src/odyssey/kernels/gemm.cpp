@@ -84,8 +84,8 @@ const float* padded_copy(const float* B, int K, int N, int ldb) {
 struct Entry {
   dnnl::matmul prim;
   memory::desc a, b, bias, c;
-  std::string impl;       // the implementation oneDNN chose (impl_info_str), e.g. "brg:avx512_core_bf16"
-  size_t scratchpad = 0;  // bytes of the user-managed scratchpad (bf16 primitives)
+  std::string impl;         // the implementation oneDNN chose (impl_info_str), e.g. "brg:avx512_core_bf16"
+  memory::desc scratchpad;  // the user-managed scratchpad (bf16 primitives; empty for fp32)
 };
 
 // Row-major [rows, cols] stored either as is or transposed ([cols, rows] in memory), rows (or columns)
@@ -120,7 +120,7 @@ Entry build(const Key& key) {
   auto desc = has_bias ? dnnl::matmul::desc(e.a, e.b, e.bias, e.c) : dnnl::matmul::desc(e.a, e.b, e.c);
   const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
   e.impl = pd.impl_info_str();
-  if (operands != Operands::f32) e.scratchpad = pd.scratchpad_desc().get_size();
+  if (operands != Operands::f32) e.scratchpad = pd.scratchpad_desc();
   e.prim = dnnl::matmul(pd);
   return e;
 }
@@ -268,9 +268,10 @@ void gemm_bf16_any(Dst* C, const bf16* A, const bf16* B, const float* bias, int 
     const Entry& e = cached(key);
     auto& engine = cpu_engine();
     Bf16Scratch& s = bf16_scratch();
-    if (s.pad.size() < e.scratchpad) s.pad.resize(e.scratchpad);
+    const size_t pad_bytes = e.scratchpad.get_size();
+    if (s.pad.size() < pad_bytes) s.pad.resize(pad_bytes);
     uint64_t seen = largest_scratchpad.load();
-    while (seen < e.scratchpad && !largest_scratchpad.compare_exchange_weak(seen, e.scratchpad)) {
+    while (seen < pad_bytes && !largest_scratchpad.compare_exchange_weak(seen, pad_bytes)) {
     }
     // oneDNN takes non-const handles; inputs are only read.
     memory a(e.a, engine, const_cast<bf16*>(A));
@@ -278,9 +279,7 @@ void gemm_bf16_any(Dst* C, const bf16* A, const bf16* B, const float* bias, int 
     memory c(e.c, engine, C);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
     if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine, const_cast<float*>(bias)));
-    args.emplace(DNNL_ARG_SCRATCHPAD,
-                 memory(memory::desc(Dims{int64_t(e.scratchpad)}, memory::data_type::u8, Dims{1}), engine,
-                        s.pad.data()));
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(e.scratchpad, engine, s.pad.data()));
     e.prim.execute(cpu_stream(), args);
     cpu_stream().wait();
   } catch (const dnnl::error& err) {
