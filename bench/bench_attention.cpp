@@ -34,6 +34,7 @@
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_reference.h"
+#include "odyssey/kernels/cpu_info.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/train/host_info.h"
 
@@ -258,6 +259,7 @@ int main(int argc, char** argv) {
                  {"gemm_onednn_tile_64",
                   {{"gflops", round1(tile.gflops)}, {"gflops_per_core", round1(tile.gflops_per_core)}}},
                  {"attention_isa", attention_isa()},
+                 {"avx512_bf16", cpu_info().avx512_bf16},
                  {"attention_bf16_products",
                   "fp32 tiles (bf16 storage, fp32 compute): no bf16 dot-product path is built"},
                  {"attention", shapes}};

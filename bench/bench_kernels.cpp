@@ -28,6 +28,7 @@
 #include "odyssey/core/bf16.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/bf16_convert.h"
+#include "odyssey/kernels/cpu_info.h"
 #include "odyssey/kernels/cross_entropy.h"
 #include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/gemm.h"
@@ -174,6 +175,14 @@ std::vector<std::string> bench_bf16_convert() {
   return rows;
 }
 
+// What the bf16 figures ran on (mixed-precision.md §2, §5.5): "bf16_gemm": "native" or "fallback" (no
+// bf16 speed is claimed on the fallback), the conversion path, and whether the CPU has AVX512_BF16.
+std::string bf16_host_fields() {
+  return fmt::format(R"("bf16_gemm": "{}", "bf16_convert_path": "{}", "avx512_bf16": {})",
+                     gemm_bf16_native() ? "native" : "fallback", bf16_convert_path().name,
+                     cpu_info().avx512_bf16);
+}
+
 void print_rows(const char* name, const std::vector<std::string>& rows, bool last = false) {
   fmt::print("  \"{}\": [\n", name);
   for (size_t i = 0; i < rows.size(); ++i) fmt::print("    {}{}\n", rows[i], i + 1 < rows.size() ? "," : "");
@@ -198,8 +207,8 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> convert_rows = bench_bf16_convert();
   if (bf16_only) {
-    fmt::print("{{\n  \"host\": {},\n  \"threads\": {},\n", odyssey::host_json().dump(),
-               omp_get_max_threads());
+    fmt::print("{{\n  \"host\": {},\n  \"threads\": {},\n  {},\n", odyssey::host_json().dump(),
+               omp_get_max_threads(), bf16_host_fields());
     print_rows("gemm_bf16_vs_f32", bf16_rows);
     print_rows("gemm_bf16_engine", engine_rows);
     print_rows("bf16_convert", convert_rows, true);
@@ -261,8 +270,9 @@ int main(int argc, char** argv) {
   });
 
   fmt::print(
-      "{{\n  \"host\": {},\n  \"threads\": {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": [\n",
-      odyssey::host_json().dump(), omp_get_max_threads(), square);
+      "{{\n  \"host\": {},\n  \"threads\": {},\n  {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": "
+      "[\n",
+      odyssey::host_json().dump(), omp_get_max_threads(), bf16_host_fields(), square);
   for (size_t i = 0; i < gemm_rows.size(); ++i)
     fmt::print("    {}{}\n", gemm_rows[i], i + 1 < gemm_rows.size() ? "," : "");
   fmt::print("  ],\n");
