@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string_view>
@@ -44,6 +45,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_workspace.h"
+#include "odyssey/kernels/bf16_convert_lanes.h"
 
 // The vector types only live inside inlined helpers; their ABI never crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -57,9 +59,14 @@ struct BlockwiseAttention {
   using InView = std::conditional_t<kBf16, Bf16HeadsView, HeadsView>;
   static float widen(float x) { return x; }
   static float widen(bf16 x) { return bf16_to_float(x); }
-  // The bf16 policy's rounding of P and dS: the first `rows` rows of a [*, kBlockK] tile, in place.
+  // The bf16 policy's rounding of P and dS: the first `rows` rows of a [*, kBlockK] tile, in place,
+  // kW lanes at a time with the conversion paths' arithmetic (bf16_convert_lanes.h: core/bf16.h's RNE).
   static void round_tile_to_bf16(float* t, int rows) {
-    for (int64_t j = 0; j < int64_t{rows} * kBlockK; ++j) t[j] = round_to_bf16(t[j]);
+    using Lanes = bf16_lanes::Lanes<kW>;
+    for (int64_t j = 0; j < int64_t{rows} * kBlockK; j += kW) {
+      const auto rounded = Lanes::nearest_bits(Lanes::load_bits(t + j)) << 16;
+      std::memcpy(t + j, &rounded, sizeof rounded);
+    }
   }
 
   using vf = typename Tiles::vf;
