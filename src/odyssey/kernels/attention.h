@@ -72,8 +72,9 @@ void attention_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Heads
 // (for a ring's LSE merge, spec §3) or rounded to bf16; dq, dk, dv accumulate in fp32 as the fp32
 // kernel's (ring steps and chunks sum in fp32; the caller rounds the final gradient to bf16).
 // Every path computes this with the same roundings; they differ from one another in summation order
-// only. On a CPU without bf16 dot products it runs on the fp32 tiles of the path (bf16 storage, fp32
-// compute: the spec's §5.5 fallback, and the bf16 emulation the tests check a fast path against).
+// only. Today every path runs it on its fp32 tiles (bf16 storage, fp32 compute: the spec's §5.5
+// fallback, and the bf16 emulation a dot-product path would be tested against); no AVX512_BF16 / AMX
+// dot-product path is built yet (attention_isa.h says where it goes).
 void attention_forward_bf16(MutHeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k, Bf16HeadsView v,
                             AttentionDims dims, AttentionMask mask, float scale);
 void attention_forward_bf16(MutBf16HeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k,
