@@ -2,10 +2,16 @@
 // ratio holds up on a shared machine. Causal, B = 1, C = H * D = 768 (GPT-2's width), fused qkv
 // buffer as the model passes it. Prints one JSON object with the host record (CPU, ISA).
 //
-//   bench_attention [--T 1024,4096,16384] [--D 64,128] [--reference] [--schedules]
+//   bench_attention [--T 1024,4096,16384] [--D 64,128] [--reference] [--schedules] [--bf16]
 //
 // --reference also times the reference kernel (attention_reference.h); --schedules times both
-// backward schedules (fused, split) instead of the one the kernel chooses.
+// backward schedules (fused, split) instead of the one the kernel chooses; --bf16 also times the kernel
+// under the bf16 policy (attention_forward_bf16 with a bf16 out, attention_backward_bf16 into fp32
+// gradients) on the same values rounded to bf16, entries "bf16_forward", "bf16_backward", and their
+// speed against fp32 ("bf16_vs_fp32_<pass>": fp32 ms / bf16 ms; "..._per_core": the same from CPU time).
+// Every entry has "tokens_per_s" (B T per second of wall time). The JSON names the attention path
+// ("attention_isa") and whether the bf16 entries ran on bf16 dot products or on fp32 tiles (bf16 storage,
+// fp32 compute).
 //
 // FLOP convention (flash-attention's): forward = 4 Tq Tk D per (b, h) (Q K^T and P V), halved when
 // causal with Tq = Tk; backward = 2.5x forward (recomputed Q K^T, dV, dP, dQ, dK). Extra work a
@@ -25,9 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/core/bf16.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_reference.h"
+#include "odyssey/kernels/cpu_info.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/train/host_info.h"
 
@@ -103,7 +111,7 @@ void add_gemm_ratios(json& shape, const GemmRate& gemm_rate) {
 struct Options {
   std::vector<int> T{1024, 4096, 16384};
   std::vector<int> D{64, 128};
-  bool reference = false, schedules = false;
+  bool reference = false, schedules = false, bf16 = false;
 };
 
 using ForwardFn = decltype(&attention_forward);
@@ -145,6 +153,31 @@ json bench_shape(int T, int D, const Options& opt) {
   };
   run("", attention_forward, attention_backward);
   if (opt.reference) run("reference_", attention_reference_forward, attention_reference_backward);
+  if (opt.bf16) {
+    std::vector<bf16> qkv_b(qkv.size()), dout_b(dout.size()), out_b(out.size());
+    for (size_t i = 0; i < qkv.size(); ++i) qkv_b[i] = to_bf16(qkv[i]);
+    for (size_t i = 0; i < dout.size(); ++i) dout_b[i] = to_bf16(dout[i]);
+    Bf16HeadsView qb{qkv_b.data(), bs, rs}, kb{qkv_b.data() + C, bs, rs}, vb{qkv_b.data() + 2 * C, bs, rs};
+    MutBf16HeadsView ob{out_b.data(), int64_t{T} * C, C};
+    Bf16HeadsView obc{out_b.data(), int64_t{T} * C, C}, gb{dout_b.data(), int64_t{T} * C, C};
+    shape["bf16_forward"] = entry(
+        fwd_flops, median_ms([&] { attention_forward_bf16(ob, lse.data(), qb, kb, vb, dims, mask, scale); }));
+    shape["bf16_backward"] =
+        entry(bwd_flops, median_ms([&] {
+                attention_backward_bf16(dq, dk, dv, gb, obc, lse.data(), qb, kb, vb, dims, mask, scale);
+              }));
+    // Wall-time and per-core (CPU-time) ratios: on a shared machine the second holds up better.
+    for (const char* pass : {"forward", "backward"}) {
+      if (!shape.contains(pass)) continue;
+      const json &fp32 = shape[pass], &b16 = shape[std::string("bf16_") + pass];
+      shape[std::string("bf16_vs_fp32_") + pass] = round3(fp32["ms"].get<double>() / b16["ms"].get<double>());
+      shape[std::string("bf16_vs_fp32_") + pass + "_per_core"] =
+          round3(b16["gflops_per_core"].get<double>() / fp32["gflops_per_core"].get<double>());
+    }
+  }
+  for (auto& [key, value] : shape.items())
+    if (value.is_object() && value.contains("ms"))
+      value["tokens_per_s"] = round1(B * T / value["ms"].get<double>() * 1e3);
   return shape;
 }
 
@@ -198,8 +231,12 @@ int main(int argc, char** argv) {
       opt.reference = true;
     } else if (a == "--schedules") {
       opt.schedules = true;
+    } else if (a == "--bf16") {
+      opt.bf16 = true;
     } else {
-      fmt::print(stderr, "usage: bench_attention [--T 1024,4096] [--D 64,128] [--reference] [--schedules]\n");
+      fmt::print(
+          stderr,
+          "usage: bench_attention [--T 1024,4096] [--D 64,128] [--reference] [--schedules] [--bf16]\n");
       return 2;
     }
   }
@@ -226,6 +263,10 @@ int main(int argc, char** argv) {
                    {"gflops_after", round1(after.gflops)}}},
                  {"gemm_onednn_tile_64",
                   {{"gflops", round1(tile.gflops)}, {"gflops_per_core", round1(tile.gflops_per_core)}}},
+                 {"attention_isa", attention_isa()},
+                 {"avx512_bf16", cpu_info().avx512_bf16},
+                 {"attention_bf16_products",
+                  "fp32 tiles (bf16 storage, fp32 compute): no bf16 dot-product path is built"},
                  {"attention", shapes}};
   fmt::print("{}\n", result.dump(2));
 }

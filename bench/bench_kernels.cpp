@@ -4,11 +4,17 @@
 //   the LM head (50257 x 768) twice: out / dout rows dense ("ld_out": 50257) and padded as the head's
 //   logits block has them (logits_row_stride: 50272);
 //   gemm_bf16_vs_f32: oneDNN's matmul with bf16 inputs and f32 output against f32, same shapes at M =
-//   1024 (and 1024^3), same run: what bf16 linears would gain on this CPU (not used by the engine yet);
+//   1024 (and 1024^3), same run: what bf16 linears would gain on this CPU;
+//   gemm_bf16_engine: the engine's gemm_bf16 (kernels/gemm.h) against its gemm on the linears' forward
+//   shapes, with the implementation it ran ("fallback" where oneDNN has no bf16 matmul: there the
+//   figure is the fallback's cost, never a bf16 speed-up);
+//   bf16_convert: fp32 -> bf16 RNE and SR and bf16 -> fp32, 32M elements, every path this CPU runs on
+//   one thread, and the bulk functions on all threads; elements/s and GB/s (6 bytes per element);
 //   adamw: ms per update of GPT-2 124M's parameters, and its reference's (optim/adamw.h);
 //   layernorm, gelu, cross-entropy: GB/s counting the minimum traffic (each input read once, each
 //   output written once), so cache-resident re-reads inside a kernel do not inflate the figure.
-// Usage: bench_kernels [seconds per measurement, default 0.5]. Threads follow OMP_NUM_THREADS.
+// Usage: bench_kernels [seconds per measurement, default 0.5] [--bf16: only the three bf16 sections].
+// Threads follow OMP_NUM_THREADS.
 #include <fmt/format.h>
 #include <omp.h>
 #include <dnnl.hpp>
@@ -19,7 +25,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "odyssey/core/bf16.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/kernels/bf16_convert.h"
+#include "odyssey/kernels/cpu_info.h"
 #include "odyssey/kernels/cross_entropy.h"
 #include "odyssey/kernels/gelu.h"
 #include "odyssey/kernels/gemm.h"
@@ -84,7 +93,7 @@ void bench_linear_gemms(std::vector<std::string>& rows, int M, int N, int K, int
   }
 }
 
-// What bf16 GEMMs would give the linears (mixed-precision.md; the engine does not use them yet): oneDNN's
+// What bf16 GEMMs give the linears (mixed-precision.md), measured on oneDNN directly: its
 // matmul out [M, N] f32 = in [M, K] x W^T with in and W in bf16, against the same matmul in f32 in the
 // same run. Where oneDNN has no bf16 primitives (oneDNN 2.6.3 without AVX-512) bf16_gflops says so.
 std::string bench_bf16_gemm(int M, int N, int K) {
@@ -122,19 +131,95 @@ double gbps(double bytes, double seconds) {
   return bytes / seconds / 1e9;
 }
 
+// gemm_bf16 (bf16 in, f32 out) against gemm (f32) on out [M, N] = in [M, K] W^T, same run.
+std::string bench_engine_bf16_gemm(int M, int N, int K) {
+  auto in = filled(size_t(M) * K, 0.01f), w = filled(size_t(N) * K, 0.01f), out = filled(size_t(M) * N, 0.0f);
+  std::vector<bf16> in_b(in.size(), to_bf16(0.01f)), w_b(w.size(), to_bf16(0.01f));
+  const double flops = 2.0 * M * N * double(K);
+  const double f32 =
+      time_per_call([&] { gemm(out.data(), in.data(), w.data(), nullptr, M, N, K, false, true, false); });
+  const double b16 = time_per_call(
+      [&] { gemm_bf16(out.data(), in_b.data(), w_b.data(), nullptr, M, N, K, false, true, false); });
+  return fmt::format(
+      R"({{"M": {}, "N": {}, "K": {}, "implementation": "{}", "f32_gflops": {:.1f}, "bf16_gflops": {:.1f}, "ratio": {:.2f}}})",
+      M, N, K, gemm_bf16_implementation(M, N, K, false, true, false, false, false), flops / f32 / 1e9,
+      flops / b16 / 1e9, f32 / b16);
+}
+
+// One JSON row per conversion: single-thread per path, then the bulk functions on all threads.
+std::vector<std::string> bench_bf16_convert() {
+  const size_t n = size_t{32} << 20;
+  std::vector<float> x(n), back(n);
+  for (size_t i = 0; i < n; ++i) x[i] = float(int(i % 2003) - 1001) * 0.37f;
+  std::vector<bf16> y(n);
+  const Bf16RoundingKey key{.seed = 1, .step = 2, .purpose = 3, .tensor = 4};
+  std::vector<std::string> rows;
+  auto row = [&](const std::string& path, int threads, const char* what, double seconds) {
+    rows.push_back(fmt::format(
+        R"({{"path": "{}", "threads": {}, "conversion": "{}", "elements": {}, "gelem_per_s": {:.2f}, "gbps": {:.1f}}})",
+        path, threads, what, n, double(n) / seconds / 1e9, gbps(6.0 * double(n), seconds)));
+  };
+  for (const Bf16ConvertPathSupport& p : bf16_convert_paths()) {
+    if (!p.runs_here) continue;
+    row(p.path->name, 1, "nearest", time_per_call([&] { p.path->nearest(x.data(), y.data(), n); }));
+    row(p.path->name, 1, "stochastic",
+        time_per_call([&] { p.path->stochastic(x.data(), y.data(), n, key); }));
+    row(p.path->name, 1, "widen", time_per_call([&] { p.path->widen(y.data(), back.data(), n); }));
+  }
+  const int threads = omp_get_max_threads();
+  const std::string bulk = std::string("bulk:") + bf16_convert_path().name;
+  row(bulk, threads, "nearest", time_per_call([&] { convert_to_bf16(x.data(), y.data(), n); }));
+  row(bulk, threads, "stochastic",
+      time_per_call([&] { convert_to_bf16_stochastic(x.data(), y.data(), n, key); }));
+  row(bulk, threads, "widen", time_per_call([&] { convert_to_float(y.data(), back.data(), n); }));
+  return rows;
+}
+
+// What the bf16 figures ran on (mixed-precision.md §2, §5.5): "bf16_gemm": "native" or "fallback" (no
+// bf16 speed is claimed on the fallback), the conversion path, and whether the CPU has AVX512_BF16.
+std::string bf16_host_fields() {
+  return fmt::format(R"("bf16_gemm": "{}", "bf16_convert_path": "{}", "avx512_bf16": {})",
+                     gemm_bf16_native() ? "native" : "fallback", bf16_convert_path().name,
+                     cpu_info().avx512_bf16);
+}
+
+void print_rows(const char* name, const std::vector<std::string>& rows, bool last = false) {
+  fmt::print("  \"{}\": [\n", name);
+  for (size_t i = 0; i < rows.size(); ++i) fmt::print("    {}{}\n", rows[i], i + 1 < rows.size() ? "," : "");
+  fmt::print("  ]{}\n", last ? "" : ",");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1) g_seconds = std::atof(argv[1]);
-  std::vector<std::string> gemm_rows;
+  bool bf16_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--bf16")
+      bf16_only = true;
+    else
+      g_seconds = std::atof(argv[i]);
+  }
   const int M = 1024, C = 768;
+  std::vector<std::string> bf16_rows, engine_rows;
+  for (auto [N, K] : {std::pair{1024, 1024}, {2304, 768}, {3072, 768}, {768, 3072}, {50257, 768}}) {
+    bf16_rows.push_back(bench_bf16_gemm(M, N, K));
+    engine_rows.push_back(bench_engine_bf16_gemm(M, N, K));
+  }
+  const std::vector<std::string> convert_rows = bench_bf16_convert();
+  if (bf16_only) {
+    fmt::print("{{\n  \"host\": {},\n  \"threads\": {},\n  {},\n", odyssey::host_json().dump(),
+               omp_get_max_threads(), bf16_host_fields());
+    print_rows("gemm_bf16_vs_f32", bf16_rows);
+    print_rows("gemm_bf16_engine", engine_rows);
+    print_rows("bf16_convert", convert_rows, true);
+    fmt::print("}}\n");
+    return 0;
+  }
+  std::vector<std::string> gemm_rows;
   for (auto [N, K] : {std::pair{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}, {50257, 768}})
     bench_linear_gemms(gemm_rows, M, N, K, N);
   bench_linear_gemms(gemm_rows, M, 50257, 768, logits_row_stride(50257));  // as the LM head runs
   const double square = measure_gemm_gflops(1024, g_seconds);
-  std::vector<std::string> bf16_rows;
-  for (auto [N, K] : {std::pair{1024, 1024}, {2304, 768}, {3072, 768}, {768, 3072}, {50257, 768}})
-    bf16_rows.push_back(bench_bf16_gemm(M, N, K));
 
   // LayerNorm and GELU at B = 8, T = 1024 rows, so the arrays exceed the caches.
   const int rows = 8 * 1024;
@@ -185,14 +270,15 @@ int main(int argc, char** argv) {
   });
 
   fmt::print(
-      "{{\n  \"host\": {},\n  \"threads\": {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": [\n",
-      odyssey::host_json().dump(), omp_get_max_threads(), square);
+      "{{\n  \"host\": {},\n  \"threads\": {},\n  {},\n  \"gemm_square_1024_gflops\": {:.1f},\n  \"gemm\": "
+      "[\n",
+      odyssey::host_json().dump(), omp_get_max_threads(), bf16_host_fields(), square);
   for (size_t i = 0; i < gemm_rows.size(); ++i)
     fmt::print("    {}{}\n", gemm_rows[i], i + 1 < gemm_rows.size() ? "," : "");
-  fmt::print("  ],\n  \"gemm_bf16_vs_f32\": [\n");
-  for (size_t i = 0; i < bf16_rows.size(); ++i)
-    fmt::print("    {}{}\n", bf16_rows[i], i + 1 < bf16_rows.size() ? "," : "");
   fmt::print("  ],\n");
+  print_rows("gemm_bf16_vs_f32", bf16_rows);
+  print_rows("gemm_bf16_engine", engine_rows);
+  print_rows("bf16_convert", convert_rows);
   auto line = [](const char* name, const char* shape, double seconds, double bytes, bool last = false) {
     fmt::print(R"(  "{}": {{"shape": "{}", "ms": {:.3f}, "gbps": {:.1f}}}{})"
                "\n",

@@ -1,5 +1,7 @@
-// attention_forward / attention_backward: the fast kernel's path for this CPU (attention_isa.h),
-// chosen at every call so tests and benchmarks can force one with ODYSSEY_ATTN_ISA.
+// attention_forward / attention_backward and their bf16-policy forms: the fast kernel's path for this
+// CPU (attention_isa.h), chosen at every call so tests and benchmarks can force one with
+// ODYSSEY_ATTN_ISA. Both policies choose among the same paths today; a bf16 dot-product path would be
+// chosen for the bf16 policy only (attention_isa.h).
 #include "odyssey/kernels/attention.h"
 
 #include <cstdlib>
@@ -81,6 +83,22 @@ void attention_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Heads
                         const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
                         AttentionMask mask, float scale) {
   current_path().backward(dq, dk, dv, dout, out, lse, q, k, v, dims, mask, scale);
+}
+
+void attention_forward_bf16(MutHeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k, Bf16HeadsView v,
+                            AttentionDims dims, AttentionMask mask, float scale) {
+  current_path().forward_bf16(out, lse, q, k, v, dims, mask, scale);
+}
+
+void attention_forward_bf16(MutBf16HeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k,
+                            Bf16HeadsView v, AttentionDims dims, AttentionMask mask, float scale) {
+  current_path().forward_bf16_out(out, lse, q, k, v, dims, mask, scale);
+}
+
+void attention_backward_bf16(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Bf16HeadsView dout,
+                             Bf16HeadsView out, const float* lse, Bf16HeadsView q, Bf16HeadsView k,
+                             Bf16HeadsView v, AttentionDims dims, AttentionMask mask, float scale) {
+  current_path().backward_bf16(dq, dk, dv, dout, out, lse, q, k, v, dims, mask, scale);
 }
 
 }  // namespace odyssey

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/core/bf16.h"
+
 namespace odyssey {
 
 // A strided view of a [B, T, heads, D] activation: element (b, t, h, d) lives at
@@ -20,6 +22,18 @@ struct HeadsView {
 };
 struct MutHeadsView {
   float* data;
+  int64_t batch_stride;
+  int64_t row_stride;
+};
+
+// The same views over bf16 activations (mixed-precision.md §3: qkv, atty and their gradients' inputs).
+struct Bf16HeadsView {
+  const bf16* data;
+  int64_t batch_stride;
+  int64_t row_stride;
+};
+struct MutBf16HeadsView {
+  bf16* data;
   int64_t batch_stride;
   int64_t row_stride;
 };
@@ -49,11 +63,31 @@ void attention_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Heads
                         const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
                         AttentionMask mask, float scale);
 
+// The kernel under the bf16 policy (mixed-precision.md §3-§5.4): the same contract (out and LSE, masks
+// with offsets, GQA, chunked and ring calls merging by LSE) over bf16 q, k, v. Products of bf16
+// operands accumulate in fp32; the scores are scaled in fp32 after q.k (scale * q is not a bf16); the
+// softmax statistics (max, sum, lse) are fp32; the probabilities P are rounded to bf16 only as the input
+// of P.V (their row sum is of the fp32 values), and in the backward P and dS = P * (dP - Delta) are
+// rounded to bf16 as the inputs of dV += P^T dO, dQ += dS K and dK += dS^T Q. out is written once, fp32
+// (for a ring's LSE merge, spec §3) or rounded to bf16; dq, dk, dv accumulate in fp32 as the fp32
+// kernel's (ring steps and chunks sum in fp32; the caller rounds the final gradient to bf16).
+// Every path computes this with the same roundings; they differ from one another in summation order
+// only. Today every path runs it on its fp32 tiles (bf16 storage, fp32 compute: the spec's §5.5
+// fallback, and the bf16 emulation a dot-product path would be tested against); no AVX512_BF16 / AMX
+// dot-product path is built yet (attention_isa.h says where it goes).
+void attention_forward_bf16(MutHeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k, Bf16HeadsView v,
+                            AttentionDims dims, AttentionMask mask, float scale);
+void attention_forward_bf16(MutBf16HeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k,
+                            Bf16HeadsView v, AttentionDims dims, AttentionMask mask, float scale);
+void attention_backward_bf16(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Bf16HeadsView dout,
+                             Bf16HeadsView out, const float* lse, Bf16HeadsView q, Bf16HeadsView k,
+                             Bf16HeadsView v, AttentionDims dims, AttentionMask mask, float scale);
+
 // The kernel has one path per vector ISA (attention_tiles.h): "avx512", "avx2", "portable". Each call
 // runs the widest the CPU supports, or the one the environment variable ODYSSEY_ATTN_ISA names
 // (tests run every path; an unknown or unsupported name is an error naming it). The paths may differ in
 // the last bits (their row sums add vectors of different widths); each is bitwise deterministic.
-const char* attention_isa();                          // the path the next call runs
+const char* attention_isa();                          // the path the next (fp32 or bf16) call runs
 std::vector<std::string> attention_isas_supported();  // the paths this CPU runs, widest first
 
 }  // namespace odyssey

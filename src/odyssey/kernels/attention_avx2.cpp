@@ -12,9 +12,11 @@
 
 namespace odyssey::attention_paths {
 
-using Avx2Kernel = attention_detail::BlockwiseAttention<attention_tiles::MicroTiles<8, 2>>;
+using Avx2Tiles = attention_tiles::MicroTiles<8, 2>;
+using Avx2Kernel = attention_detail::BlockwiseAttention<Avx2Tiles>;
+using Avx2Bf16Kernel = attention_detail::BlockwiseAttention<Avx2Tiles, bf16>;
 // Constant-initialised: no start-up code compiled for this ISA runs before the CPU is checked.
-constinit const Path avx2{"avx2", &Avx2Kernel::forward, &Avx2Kernel::backward};
+constinit const Path avx2 = make_path<Avx2Kernel, Avx2Bf16Kernel>("avx2");
 
 }  // namespace odyssey::attention_paths
 

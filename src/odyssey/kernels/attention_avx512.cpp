@@ -12,9 +12,11 @@
 
 namespace odyssey::attention_paths {
 
-using Avx512Kernel = attention_detail::BlockwiseAttention<attention_tiles::MicroTiles<16, 4>>;
+using Avx512Tiles = attention_tiles::MicroTiles<16, 4>;
+using Avx512Kernel = attention_detail::BlockwiseAttention<Avx512Tiles>;
+using Avx512Bf16Kernel = attention_detail::BlockwiseAttention<Avx512Tiles, bf16>;
 // Constant-initialised: no start-up code compiled for this ISA runs before the CPU is checked.
-constinit const Path avx512{"avx512", &Avx512Kernel::forward, &Avx512Kernel::backward};
+constinit const Path avx512 = make_path<Avx512Kernel, Avx512Bf16Kernel>("avx512");
 
 }  // namespace odyssey::attention_paths
 

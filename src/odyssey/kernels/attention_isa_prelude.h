@@ -5,18 +5,22 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
+#include "odyssey/core/bf16.h"
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_isa.h"

@@ -6,7 +6,9 @@
 
 namespace odyssey::attention_paths {
 
-using PortableKernel = attention_detail::BlockwiseAttention<attention_tiles::MicroTiles<4, 2>>;
-constinit const Path portable{"portable", &PortableKernel::forward, &PortableKernel::backward};
+using PortableTiles = attention_tiles::MicroTiles<4, 2>;
+using PortableKernel = attention_detail::BlockwiseAttention<PortableTiles>;
+using PortableBf16Kernel = attention_detail::BlockwiseAttention<PortableTiles, bf16>;
+constinit const Path portable = make_path<PortableKernel, PortableBf16Kernel>("portable");
 
 }  // namespace odyssey::attention_paths

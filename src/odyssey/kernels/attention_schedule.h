@@ -22,6 +22,12 @@
 //          recomputes P and dS for dQ: 7 block products per pair, but plenty of tasks.
 // Both sum every gradient in the same order with the same operations (no atomics, no reduction
 // across threads), so the result is bitwise the same whichever schedule and thread count run.
+//
+// Elem = bf16 is the kernel under the bf16 policy (attention.h: attention_forward_bf16): the views hold
+// bf16, packed here into the tiles' fp32 (exact); q is packed unscaled and the scores are scaled after
+// the product; P (and dS in the backward) are rounded to bf16 after the exp, before the products that
+// read them; K's gradient gets the scale when it is added out. Elem = float compiles exactly the fp32
+// kernel (every bf16 step is an `if constexpr`).
 #pragma once
 
 #include <omp.h>
@@ -29,21 +35,40 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 
+#include "odyssey/core/bf16.h"
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_workspace.h"
+#include "odyssey/kernels/bf16_convert_lanes.h"
 
 // The vector types only live inside inlined helpers; their ABI never crosses a call.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace odyssey::attention_detail {
 
-template <class Tiles>
+template <class Tiles, class Elem = float>
 struct BlockwiseAttention {
+  static constexpr bool kBf16 = std::is_same_v<Elem, bf16>;
+  static_assert(kBf16 || std::is_same_v<Elem, float>);
+  using InView = std::conditional_t<kBf16, Bf16HeadsView, HeadsView>;
+  static float widen(float x) { return x; }
+  static float widen(bf16 x) { return bf16_to_float(x); }
+  // The bf16 policy's rounding of P and dS: the first `rows` rows of a [*, kBlockK] tile, in place,
+  // kW lanes at a time with the conversion paths' arithmetic (bf16_convert_lanes.h: core/bf16.h's RNE).
+  static void round_tile_to_bf16(float* t, int rows) {
+    using Lanes = bf16_lanes::Lanes<kW>;
+    for (int64_t j = 0; j < int64_t{rows} * kBlockK; j += kW) {
+      const auto rounded = Lanes::nearest_bits(Lanes::load_bits(t + j)) << 16;
+      std::memcpy(t + j, &rounded, sizeof rounded);
+    }
+  }
+
   using vf = typename Tiles::vf;
   static constexpr int kW = Tiles::kW;
   static constexpr int kBlockQ = Tiles::kBlockQ;
@@ -123,14 +148,14 @@ struct BlockwiseAttention {
   using Tile = typename Geometry::Tile;
 
   // Row-major copy of one head of a [B, T, heads, D] view into [t_pad, Dp], times mult, zero padded.
-  static void pack_rows(float* dst, HeadsView src, int b, int h, int T, int64_t t_pad, int D, int Dp,
+  static void pack_rows(float* dst, InView src, int b, int h, int T, int64_t t_pad, int D, int Dp,
                         float mult) {
     for (int64_t t = 0; t < t_pad; ++t) {
       float* d = dst + t * Dp;
       int c = 0;
       if (t < T) {
-        const float* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
-        for (; c < D; ++c) d[c] = mult * s[c];
+        const Elem* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
+        for (; c < D; ++c) d[c] = mult * widen(s[c]);
       }
       for (; c < Dp; ++c) d[c] = 0.0f;
     }
@@ -139,15 +164,15 @@ struct BlockwiseAttention {
   // One head of a [B, T, heads, D] view as transposed key blocks [nb][D][kBlockK], zero padded.
   // Columns outer, keys inner: the block's source rows stay in L1 while each output row is written
   // contiguously (keys outer scattered every store kBlockK floats apart: 9% of a T = 1K forward).
-  static void pack_transposed(float* dst, HeadsView src, int b, int h, int T, int nb, int D) {
+  static void pack_transposed(float* dst, InView src, int b, int h, int T, int nb, int D) {
     for (int blk = 0; blk < nb; ++blk) {
       float* d = dst + int64_t{blk} * D * kBlockK;
       const int cols = static_cast<int>(std::min<int64_t>(kBlockK, T - int64_t{blk} * kBlockK));
-      const float* s =
+      const Elem* s =
           src.data + b * src.batch_stride + int64_t{blk} * kBlockK * src.row_stride + int64_t{h} * D;
       for (int c = 0; c < D; ++c) {
         float* dc = d + int64_t{c} * kBlockK;
-        for (int j = 0; j < cols; ++j) dc[j] = s[j * src.row_stride + c];
+        for (int j = 0; j < cols; ++j) dc[j] = widen(s[j * src.row_stride + c]);
         for (int j = cols; j < kBlockK; ++j) dc[j] = 0.0f;
       }
     }
@@ -224,11 +249,13 @@ struct BlockwiseAttention {
   // ---------------------------------------------------------------------------------------------------
   // Forward
 
+  // Out: MutHeadsView (fp32 out) or, under the bf16 policy, MutBf16HeadsView.
+  template <class Out>
   struct ForwardCtx {
     const Geometry& g;
-    MutHeadsView out;
+    Out out;
     float* lse;
-    HeadsView q;
+    InView q;
     float scale;
     const float* kt;  // [B, Hkv][nkb][D][kBlockK]
     const float* vr;  // [B, Hkv][tk_pad][Dp]
@@ -247,21 +274,27 @@ struct BlockwiseAttention {
     }
   };
 
-  static void forward_task(const ForwardCtx& c, ForwardTiles& t, int b, int h, int qb) {
+  template <class Out>
+  static void forward_task(const ForwardCtx<Out>& c, ForwardTiles& t, int b, int h, int qb) {
     const Geometry& g = c.g;
     const int D = g.dims.D, Dp = g.Dp, rows = g.q_rows(qb);
     const int M = static_cast<int>(round_up(rows, kRows));
     const int hkv = h / g.group;
     const int64_t kv = int64_t{b} * g.dims.Hkv + hkv;
 
-    // Qs [M, Dp] = scale * q rows of this block; the scale is folded in once here.
+    // Qs [M, Dp] = scale * q rows of this block; the scale is folded in once here (bf16: Qs = q, and
+    // the scores are scaled).
     for (int i = 0; i < M; ++i) {
       float* d = t.qs + i * Dp;
       int col = 0;
       if (i < rows) {
-        const float* s =
+        const Elem* s =
             c.q.data + b * c.q.batch_stride + (int64_t{qb} * kBlockQ + i) * c.q.row_stride + int64_t{h} * D;
-        for (; col < D; ++col) d[col] = c.scale * s[col];
+        if constexpr (kBf16) {
+          for (; col < D; ++col) d[col] = widen(s[col]);
+        } else {
+          for (; col < D; ++col) d[col] = c.scale * s[col];
+        }
       }
       for (; col < Dp; ++col) d[col] = 0.0f;
     }
@@ -289,7 +322,11 @@ struct BlockwiseAttention {
         float* s = t.s + i * kBlockK;
         vf x[kKVecs];
         vf mx = splat(-kInf);
-        for (int v = 0; v < kKVecs; ++v) mx = vmax(mx, x[v] = load(s + v * kW));
+        for (int v = 0; v < kKVecs; ++v) {
+          x[v] = load(s + v * kW);
+          if constexpr (kBf16) x[v] = x[v] * splat(c.scale);
+          mx = vmax(mx, x[v]);
+        }
         float m_new = std::max(t.m[i], hmax(mx));
         if (m_new == -kInf) {  // nothing visible to this row yet
           std::fill(s, s + kBlockK, 0.0f);
@@ -303,6 +340,7 @@ struct BlockwiseAttention {
         }
         // 0 when m_old = -inf; exp(0) = 1 exactly, so the call (a libm call per row and key block) is
         // skipped once the row's max has settled.
+        if constexpr (kBf16) round_tile_to_bf16(s, 1);  // P.V reads bf16 P; l sums the fp32 P
         float alpha = t.m[i] == m_new ? 1.0f : std::exp(t.m[i] - m_new);
         t.l[i] = t.l[i] * alpha + hsum(sum);
         t.m[i] = m_new;
@@ -318,10 +356,14 @@ struct BlockwiseAttention {
 
     for (int i = 0; i < rows; ++i) {
       int64_t tq = int64_t{qb} * kBlockQ + i;
-      float* o = c.out.data + b * c.out.batch_stride + tq * c.out.row_stride + int64_t{h} * D;
+      auto* o = c.out.data + b * c.out.batch_stride + tq * c.out.row_stride + int64_t{h} * D;
       float l = t.l[i];
       float inv = l > 0.0f ? 1.0f / l : 0.0f;  // fully masked row: out = 0
-      for (int col = 0; col < D; ++col) o[col] = t.o[i * Dp + col] * inv;
+      if constexpr (std::is_same_v<Out, MutHeadsView>) {
+        for (int col = 0; col < D; ++col) o[col] = t.o[i * Dp + col] * inv;
+      } else {
+        for (int col = 0; col < D; ++col) o[col] = to_bf16(t.o[i * Dp + col] * inv);
+      }
       c.lse[(int64_t{b} * g.dims.H + h) * g.dims.Tq + tq] = l > 0.0f ? t.m[i] + std::log(l) : -kInf;
     }
   }
@@ -380,10 +422,16 @@ struct BlockwiseAttention {
       float* ds = t.ds + i * kBlockK;
       const vf li = splat(lse[i]), di = splat(delta[i]);
       for (int j = 0; j < kBlockK; j += kW) {
-        vf e = vexp(load(p + j) - li);
+        vf sj = load(p + j);
+        if constexpr (kBf16) sj = sj * splat(c.scale);
+        vf e = vexp(sj - li);
         store(p + j, e);
         store(ds + j, e * (load(ds + j) - di));
       }
+    }
+    if constexpr (kBf16) {  // dV += P^T dO, dQ += dS K and dK += dS^T Q read bf16 P and dS
+      round_tile_to_bf16(t.p, M);
+      round_tile_to_bf16(t.ds, M);
     }
   }
 
@@ -415,7 +463,11 @@ struct BlockwiseAttention {
       float* dk = c.dk.data + b * c.dk.batch_stride + tk * c.dk.row_stride + int64_t{hkv} * D;
       float* dv = c.dv.data + b * c.dv.batch_stride + tk * c.dv.row_stride + int64_t{hkv} * D;
       for (int col = 0; col < D; ++col) {
-        dk[col] += t.dk[j * Dp + col];
+        if constexpr (kBf16) {
+          dk[col] += c.scale * t.dk[j * Dp + col];  // Qs was q: the scale comes here
+        } else {
+          dk[col] += t.dk[j * Dp + col];
+        }
         dv[col] += t.dv[j * Dp + col];
       }
     }
@@ -448,7 +500,8 @@ struct BlockwiseAttention {
     return busy >= 5.0 / 7.0 ? Schedule::fused : Schedule::split;
   }
 
-  static void forward(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
+  template <class Out>
+  static void forward(Out out, float* lse, InView q, InView k, InView v, AttentionDims dims,
                       AttentionMask mask, float scale) {
     check_dims(dims);
     const Geometry g(dims, mask);
@@ -469,7 +522,7 @@ struct BlockwiseAttention {
       pack_rows(vr + int64_t{bh} * g.tk_pad * Dp, v, bh / Hkv, bh % Hkv, dims.Tk, g.tk_pad, D, Dp, 1.0f);
     }
 
-    const ForwardCtx ctx{g, out, lse, q, scale, kt, vr};
+    const ForwardCtx<Out> ctx{g, out, lse, q, scale, kt, vr};
     const int64_t tasks = int64_t{B} * H * g.nqb;
 #pragma omp parallel
     {
@@ -484,9 +537,9 @@ struct BlockwiseAttention {
     }
   }
 
-  static void backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
-                       const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
-                       AttentionMask mask, float scale) {
+  static void backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, InView dout, InView out,
+                       const float* lse, InView q, InView k, InView v, AttentionDims dims, AttentionMask mask,
+                       float scale) {
     check_dims(dims);
     const Geometry g(dims, mask);
     const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
@@ -513,16 +566,16 @@ struct BlockwiseAttention {
     for (int bh = 0; bh < B * H; ++bh) {
       const int b = bh / H, h = bh % H;
       const int64_t base = int64_t{bh} * g.tq_pad;
-      pack_rows(qs + base * Dp, q, b, h, dims.Tq, g.tq_pad, D, Dp, scale);
+      pack_rows(qs + base * Dp, q, b, h, dims.Tq, g.tq_pad, D, Dp, kBf16 ? 1.0f : scale);
       pack_rows(dop + base * Dp, dout, b, h, dims.Tq, g.tq_pad, D, Dp, 1.0f);
       for (int64_t t = 0; t < g.tq_pad; ++t) {
         float l = t < dims.Tq ? lse[int64_t{bh} * dims.Tq + t] : -kInf;
         lsep[base + t] = l == -kInf ? kInf : l;  // rows that see no key: P = exp(S - inf) = 0
         double acc = 0.0;
         if (t < dims.Tq) {
-          const float* o = out.data + b * out.batch_stride + t * out.row_stride + int64_t{h} * D;
-          const float* g_o = dout.data + b * dout.batch_stride + t * dout.row_stride + int64_t{h} * D;
-          for (int col = 0; col < D; ++col) acc += double{o[col]} * g_o[col];
+          const Elem* o = out.data + b * out.batch_stride + t * out.row_stride + int64_t{h} * D;
+          const Elem* g_o = dout.data + b * dout.batch_stride + t * dout.row_stride + int64_t{h} * D;
+          for (int col = 0; col < D; ++col) acc += double{widen(o[col])} * widen(g_o[col]);
         }
         delta[base + t] = static_cast<float>(acc);
       }

@@ -3,6 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "odyssey/core/bf16.h"
 
 namespace odyssey {
 
@@ -23,6 +27,28 @@ struct GemmLd {
 };
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool trans_a,
           bool trans_b, bool accumulate, GemmLd ld = {});
+
+// bf16 GEMM (mixed-precision.md §4-§5): the same C = op(A) @ op(B) (+ bias) (+ C) with bf16 A and B,
+// fp32 accumulation (bf16 products are exact in fp32), the bias and the sum post-op applied in fp32, and
+// C in fp32 or rounded once to bf16 (oneDNN's rounding; within 1 bf16 ulp). ld as gemm()'s, in
+// elements. Primitives are cached by the same key plus the dtypes and take a user-managed scratchpad
+// (one per calling thread, grown to the largest primitive's). Where oneDNN creates no bf16 matmul (2.6.3
+// without AVX-512) each call widens A and B to fp32 scratch of the calling thread (M K + K N floats, + M N
+// for a bf16 C) and runs gemm() on them: bf16 storage, fp32 compute, said once on stderr (§5.5).
+void gemm_bf16(float* C, const bf16* A, const bf16* B, const float* bias, int M, int N, int K, bool trans_a,
+               bool trans_b, bool accumulate, GemmLd ld = {});
+void gemm_bf16(bf16* C, const bf16* A, const bf16* B, const float* bias, int M, int N, int K, bool trans_a,
+               bool trans_b, bool accumulate, GemmLd ld = {});
+// Whether oneDNN creates bf16 matmuls on this host (asked once); false: the fallback above.
+bool gemm_bf16_native();
+// The implementation a gemm_bf16 call with these arguments runs: oneDNN's impl_info_str of its primitive
+// (created and cached now), e.g. "brg:avx512_core_amx_bf16", "brg:avx512_core_bf16", or "fallback"
+// (§5.6). The start-up log takes gemm_bf16_primitives(): one line per created bf16 primitive.
+std::string gemm_bf16_implementation(int M, int N, int K, bool trans_a, bool trans_b, bool accumulate,
+                                     bool bias, bool dst_bf16, GemmLd ld = {});
+std::vector<std::string> gemm_bf16_primitives();
+// The largest user scratchpad of the bf16 primitives created so far (what each calling thread holds).
+uint64_t gemm_bf16_scratchpad_bytes();
 
 // Achieved GFLOP/s of square fp32 GEMMs (n x n x n through gemm()), timed for about `seconds` after
 // one warm-up call. The trainer divides by it to report MFU.

@@ -1,44 +1,19 @@
-// Philox4x32-10 evaluated for 16 counters at once, written lane-wise so g++ vectorizes the 32x32->64
-// multiplies; bitwise the same function as core/rng.h's philox4x32 (checked in test_quantize). The
-// index -> (counter, word) map makes the 64 words of one call land in index order, so they are stored
-// with plain vector copies instead of a 4x16 transpose.
+// Philox4x32-10 evaluated for 16 counters at once (philox_lanes.h). The index -> (counter, word) map makes
+// the 64 words of one call land in index order, so they are stored with plain vector copies instead of a 4x16
+// transpose.
 #include "odyssey/kernels/rounding_random.h"
 
 #include <algorithm>
 
 #include "odyssey/core/error.h"
+#include "odyssey/kernels/philox_lanes.h"
 
 namespace odyssey {
 
 namespace {
 
-constexpr int kLanes = 16;
+constexpr int kLanes = kPhiloxLanes;
 constexpr uint64_t kChunk = 4 * kLanes;  // indices per philox_lanes call
-constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;
-constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;
-
-// x[w][l] = word w of philox(counter = (block0 + l, c1, c2, c3), key) for l < kLanes.
-void philox_lanes(uint32_t block0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t k0, uint32_t k1,
-                  uint32_t (&x)[4][kLanes]) {
-  for (int l = 0; l < kLanes; ++l) {
-    x[0][l] = block0 + uint32_t(l);
-    x[1][l] = c1;
-    x[2][l] = c2;
-    x[3][l] = c3;
-  }
-  for (int round = 0; round < 10; ++round) {
-#pragma omp simd
-    for (int l = 0; l < kLanes; ++l) {
-      const uint64_t p0 = uint64_t(kMul0) * x[0][l], p1 = uint64_t(kMul1) * x[2][l];
-      x[0][l] = uint32_t(p1 >> 32) ^ x[1][l] ^ k0;
-      x[1][l] = uint32_t(p1);
-      x[2][l] = uint32_t(p0 >> 32) ^ x[3][l] ^ k1;
-      x[3][l] = uint32_t(p0);
-    }
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-}
 
 }  // namespace
 
