@@ -1,8 +1,10 @@
-// The Llama stage against an independent float64 PyTorch implementation of Hugging Face's
+// The Llama family's stages against an independent float64 PyTorch implementation of Hugging Face's
 // LlamaForCausalLM (scripts/reference/make_llama_reference.py; committed output in
 // tests/data/llama_ref/): three tiny random models, untied with GQA 4/2 and Llama-3 RoPE scaling, tied
 // with one key/value head, and untied with as many key/value heads as query heads (5 heads of 6),
-// imported through the hf-llama adapter.
+// imported through the hf-llama adapter; and of Qwen2ForCausalLM (Llama's block with q, k, v biases:
+// scripts/reference/make_qwen2_reference.py, tests/data/qwen2_ref/): untied with GQA 4/2 at rope_theta
+// 1e6, tied with one key/value head, imported through the hf-qwen2 adapter.
 //
 // Tolerances (fp32 engine vs float64 reference): the mean loss over the counted targets within 1e-5
 // relative; every parameter gradient within 1e-4 (max abs error / max abs value, per tensor), with the
@@ -28,11 +30,12 @@ namespace odyssey {
 namespace {
 
 const std::string kRef = std::string(ODYSSEY_TEST_DATA) + "/";
-const char* const kCases[] = {"llama_ref/untied_gqa_llama3", "llama_ref/tied_mqa", "llama_ref/untied_mha"};
+const char* const kCases[] = {"llama_ref/untied_gqa_llama3", "llama_ref/tied_mqa", "llama_ref/untied_mha",
+                              "qwen2_ref/untied_gqa", "qwen2_ref/tied_mqa"};
 
 // The architecture a case's directory holds (config.json's model_type).
-const HfAdapter& adapter_of(const std::string&) {
-  return hf_adapter_for_arch("llama");
+const HfAdapter& adapter_of(const std::string& name) {
+  return hf_adapter_for_arch(name.starts_with("qwen2") ? "qwen2" : "llama");
 }
 
 // One reference case: the model imported from its safetensors, the batch and the expected values.
