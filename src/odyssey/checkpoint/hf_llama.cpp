@@ -10,6 +10,7 @@
 
 #include "odyssey/checkpoint/safetensors.h"
 #include "odyssey/core/error.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/core/file_util.h"
 #include "odyssey/model/params.h"
 
@@ -89,7 +90,7 @@ const Family kLlama{"llama", "LlamaForCausalLM", "Llama", false};
 const Family kQwen2{"qwen2", "Qwen2ForCausalLM", "Qwen2", true};
 
 std::string config_json(const Family& f, const ModelConfig& c) {
-  c.validate();
+  validate_model(c);
   json j = {
       {"architectures", {f.hf_class}},
       {"attention_dropout", 0.0},
@@ -204,7 +205,7 @@ ModelConfig read_config(const Family& f, const std::string& dir) {
     s.original_max_position_embeddings = get_int(r, "original_max_position_embeddings");
   }
   try {
-    c.validate();
+    validate_model(c);
   } catch (const Error& e) {
     fail("{}: {}", path, e.what());
   }

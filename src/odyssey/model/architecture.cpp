@@ -50,4 +50,10 @@ const Architecture& architecture(const std::string& name) {
   fail("model.arch: unknown architecture '{}' (supported: {})", name, known);
 }
 
+void validate_model(const ModelConfig& config) {
+  const Architecture& a = architecture(config.arch);
+  config.validate();
+  a.validate(config);
+}
+
 }  // namespace odyssey

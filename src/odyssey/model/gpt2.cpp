@@ -20,6 +20,7 @@ constexpr BlockSpec kGpt2Block = {kLayerNorm, kGelu, false, "fc", "fc_proj", gpt
 // The configuration is checked before anything is sized from it; the table is cut for the piece.
 ParamTable checked_table(const ModelConfig& c, const StageRange& range, const TpPiece& tp) {
   c.validate();
+  validate_gpt2(c);
   const ParamTable table = stage_param_table(gpt2_param_table(c), c, range.resolved(c), "wte");
   return tp.size > 1 ? table.tensor_parallel(tp.size, tp.rank) : table;
 }

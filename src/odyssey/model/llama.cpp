@@ -24,6 +24,7 @@ constexpr BlockSpec kLlamaBlock = {kRmsNorm, kSwiGlu, true, "gate_up", "down", l
 // `range` and piece tp, after checking the configuration.
 ParamTable checked_table(const ModelConfig& c, const StageRange& range, const TpPiece& tp, bool qkv_bias) {
   c.validate();
+  validate_llama(c);
   const char* tied = c.tie_embeddings ? "model.embed_tokens.weight" : nullptr;
   const ParamTable table = stage_param_table(llama_param_table(c, qkv_bias), c, range.resolved(c), tied);
   return tp.size > 1 ? table.tensor_parallel(tp.size, tp.rank) : table;
