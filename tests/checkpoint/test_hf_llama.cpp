@@ -208,7 +208,7 @@ TEST_F(HfLlama, Qwen2RoundTripIsBitwise) {
     const ModelConfig c = qwen2(tied);
     const std::vector<float> params = random_params(c);
     const std::string out = dir("qwen2_" + std::to_string(tied));
-    export_hf_qwen2(c, params.data(), out);
+    export_hf_llama(c, params.data(), out);
     const ModelConfig back = read_hf_qwen2_config(out);
     EXPECT_EQ(back.arch, "qwen2");
     EXPECT_EQ(back.n_kv_head, c.n_kv_head);
@@ -217,7 +217,7 @@ TEST_F(HfLlama, Qwen2RoundTripIsBitwise) {
     EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps);
     EXPECT_EQ(back.tie_embeddings, tied);
     std::vector<float> got(params.size(), -1.0f);
-    import_hf_qwen2(out, back, got.data());
+    import_hf_llama(out, back, got.data());
     EXPECT_EQ(got, params) << "tied " << tied;
     const SafetensorsFile file(out + "/model.safetensors");
     EXPECT_EQ(file.contains("lm_head.weight"), !tied);
@@ -230,13 +230,13 @@ TEST_F(HfLlama, Qwen2RoundTripIsBitwise) {
 
 TEST_F(HfLlama, Qwen2ConfigAndMixUps) {
   const ModelConfig c = qwen2(false);
-  const nlohmann::json j = nlohmann::json::parse(hf_qwen2_config_json(c));
+  const nlohmann::json j = nlohmann::json::parse(hf_llama_config_json(c));
   EXPECT_EQ(j["architectures"][0], "Qwen2ForCausalLM");
   EXPECT_EQ(j["model_type"], "qwen2");
   EXPECT_EQ(j["use_sliding_window"], false);
   EXPECT_EQ(j["rope_theta"], 1e6);
   const std::string out = dir("qwen2_mixups");
-  export_hf_qwen2(c, random_params(c).data(), out);
+  export_hf_llama(c, random_params(c).data(), out);
   EXPECT_HAS(error_of([&] { read_hf_llama_config(out); }), "model_type");
   const std::string config = read_text_file(out + "/config.json");
   nlohmann::json sliding = nlohmann::json::parse(config);
@@ -250,7 +250,7 @@ TEST_F(HfLlama, Qwen2ConfigAndMixUps) {
   std::vector<float> got(size_t(ParamTable(c).total()));
   fs::copy_file(out + "/config.json", dir("llama_for_qwen2") + "/config.json",
                 fs::copy_options::overwrite_existing);
-  EXPECT_HAS(error_of([&] { import_hf_qwen2(dir("llama_for_qwen2"), c, got.data()); }),
+  EXPECT_HAS(error_of([&] { import_hf_llama(dir("llama_for_qwen2"), c, got.data()); }),
              "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
 }
 

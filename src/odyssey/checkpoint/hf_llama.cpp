@@ -10,8 +10,8 @@
 
 #include "odyssey/checkpoint/safetensors.h"
 #include "odyssey/core/error.h"
-#include "odyssey/model/architecture.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/model/params.h"
 
 namespace odyssey {
@@ -89,6 +89,13 @@ struct Family {
 const Family kLlama{"llama", "LlamaForCausalLM", "Llama", false};
 const Family kQwen2{"qwen2", "Qwen2ForCausalLM", "Qwen2", true};
 
+// The family of model.arch; fails naming it when it is none of them.
+const Family& family_of(const ModelConfig& c) {
+  for (const Family* f : {&kLlama, &kQwen2})
+    if (c.arch == f->arch) return *f;
+  fail("model.arch = {} is not of the Llama family (llama, qwen2)", c.arch);
+}
+
 std::string config_json(const Family& f, const ModelConfig& c) {
   validate_model(c);
   json j = {
@@ -130,9 +137,14 @@ std::string config_json(const Family& f, const ModelConfig& c) {
   return j.dump(2) + "\n";
 }
 
-void export_family(const Family& f, const ModelConfig& config, const float* params,
-                   const std::string& out_dir) {
-  ODY_CHECK(config.arch == f.arch, "export --to hf-{}: the model is model.arch = {}", f.arch, config.arch);
+}  // namespace
+
+std::string hf_llama_config_json(const ModelConfig& config) {
+  return config_json(family_of(config), config);
+}
+
+void export_hf_llama(const ModelConfig& config, const float* params, const std::string& out_dir) {
+  const Family& f = family_of(config);
   const ParamTable table(config);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -144,6 +156,8 @@ void export_family(const Family& f, const ModelConfig& config, const float* para
   write_text_atomic((fs::path(out_dir) / "config.json").string(), config_json(f, config));
   fsync_dir(out_dir);
 }
+
+namespace {
 
 ModelConfig read_config(const Family& f, const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
@@ -212,7 +226,18 @@ ModelConfig read_config(const Family& f, const std::string& dir) {
   return c;
 }
 
-void import_family(const Family& f, const std::string& dir, const ModelConfig& config, float* params) {
+}  // namespace
+
+ModelConfig read_hf_llama_config(const std::string& dir) {
+  return read_config(kLlama, dir);
+}
+
+ModelConfig read_hf_qwen2_config(const std::string& dir) {
+  return read_config(kQwen2, dir);
+}
+
+void import_hf_llama(const std::string& dir, const ModelConfig& config, float* params) {
+  const Family& f = family_of(config);
   const ParamTable table(config);
   const TensorFiles files(dir);
   std::set<std::string> used;
@@ -268,34 +293,6 @@ void import_family(const Family& f, const std::string& dir, const ModelConfig& c
     const ParamInfo& p = table.tensors()[i];
     files.file_of(p.name).read_f32(p.name, p.shape, params + p.offset);
   }
-}
-
-}  // namespace
-
-std::string hf_llama_config_json(const ModelConfig& config) {
-  return config_json(kLlama, config);
-}
-void export_hf_llama(const ModelConfig& config, const float* params, const std::string& out_dir) {
-  export_family(kLlama, config, params, out_dir);
-}
-ModelConfig read_hf_llama_config(const std::string& dir) {
-  return read_config(kLlama, dir);
-}
-void import_hf_llama(const std::string& dir, const ModelConfig& config, float* params) {
-  import_family(kLlama, dir, config, params);
-}
-
-std::string hf_qwen2_config_json(const ModelConfig& config) {
-  return config_json(kQwen2, config);
-}
-void export_hf_qwen2(const ModelConfig& config, const float* params, const std::string& out_dir) {
-  export_family(kQwen2, config, params, out_dir);
-}
-ModelConfig read_hf_qwen2_config(const std::string& dir) {
-  return read_config(kQwen2, dir);
-}
-void import_hf_qwen2(const std::string& dir, const ModelConfig& config, float* params) {
-  import_family(kQwen2, dir, config, params);
 }
 
 }  // namespace odyssey

@@ -17,20 +17,19 @@
 
 namespace odyssey {
 
-// config.json for LlamaForCausalLM with this configuration (keys sorted).
+// The Llama family: model.arch = "llama" (LlamaForCausalLM) or "qwen2" (Qwen2ForCausalLM); config.arch
+// picks it where a configuration is given.
+//
+// config.json for this configuration (keys sorted).
 std::string hf_llama_config_json(const ModelConfig& config);
 // Writes out_dir/model.safetensors (F32) and out_dir/config.json, each atomically.
 void export_hf_llama(const ModelConfig& config, const float* params, const std::string& out_dir);
-// Reads dir/config.json; fails naming the file and the key.
+// Reads dir/config.json of a Llama (model_type "llama") or a Qwen2 (model_type "qwen2"); fails naming the
+// file and the key.
 ModelConfig read_hf_llama_config(const std::string& dir);
+ModelConfig read_hf_qwen2_config(const std::string& dir);
 // Reads the weights into params (the whole model's table); lists every missing, misshapen or unknown
 // tensor by name; params is untouched when it fails.
 void import_hf_llama(const std::string& dir, const ModelConfig& config, float* params);
-
-// The same for Qwen2 (model_type "qwen2", architectures ["Qwen2ForCausalLM"], model.arch = "qwen2").
-std::string hf_qwen2_config_json(const ModelConfig& config);
-void export_hf_qwen2(const ModelConfig& config, const float* params, const std::string& out_dir);
-ModelConfig read_hf_qwen2_config(const std::string& dir);
-void import_hf_qwen2(const std::string& dir, const ModelConfig& config, float* params);
 
 }  // namespace odyssey
