@@ -1,6 +1,6 @@
 // The layer loop of a stage's forward and backward, with the activation-checkpointing policies
-// (long-context-memory.md §2.2), written once for every architecture. `LayerActs` is the
-// architecture's per-layer activations (residual3 the layer's output, atty and lse the attention's
+// (long-context-memory.md §2.2), written once for every architecture. `LayerActs` is a layer's
+// activations (BlockActs, model/block.h: residual3 the layer's output, atty and lse the attention's
 // output and log-sum-exp, attention what the op saved); the block is passed as two callables:
 //   fwd(acts, x, l): layer l's block forward from input x into acts;
 //   bwd(acts, x, l, recompute): its backward, rerunning first what `recompute` says (model/recompute.h).
