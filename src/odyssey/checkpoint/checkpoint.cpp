@@ -8,8 +8,8 @@
 #include "odyssey/checkpoint/safetensors.h"
 #include "odyssey/checkpoint/sliced.h"
 #include "odyssey/core/error.h"
-#include "odyssey/model/architecture.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/model/architecture.h"
 
 namespace fs = std::filesystem;
 

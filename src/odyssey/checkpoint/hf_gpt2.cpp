@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "odyssey/core/error.h"
-#include "odyssey/model/architecture.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/model/architecture.h"
 
 namespace odyssey {
 
