@@ -52,7 +52,8 @@ def inv_freq(D, theta, scaling):
     return torch.where(medium, smoothed, scaled)
 
 
-def make(name, cfg, seed):
+def make(name, cfg, seed, out=OUT, qkv_bias=False):
+    """One case into out/name; qkv_bias: q, k and v projections with biases (Qwen2)."""
     torch.manual_seed(seed)
     C, H, K, F, L, V = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"], \
         cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
@@ -65,14 +66,17 @@ def make(name, cfg, seed):
                        p + "self_attn.o_proj.weight": (C, H * D), p + "post_attention_layernorm.weight": (C,),
                        p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C),
                        p + "mlp.down_proj.weight": (C, F)})
+        if qkv_bias:
+            shapes.update({p + "self_attn.q_proj.bias": (H * D,), p + "self_attn.k_proj.bias": (K * D,),
+                           p + "self_attn.v_proj.bias": (K * D,)})
     shapes["model.norm.weight"] = (C,)
     if not cfg["tie_word_embeddings"]:
         shapes["lm_head.weight"] = (V, C)
-    # float32 values (what the engine holds), used in float64; norms near 1, matrices large enough that
-    # attention is not uniform.
+    # float32 values (what the engine holds), used in float64; norms near 1, biases near 0, matrices large
+    # enough that attention is not uniform.
     W = {}
     for n, s in shapes.items():
-        x = 1 + 0.1 * torch.randn(s) if len(s) == 1 else 0.2 * torch.randn(s)
+        x = 0.2 * torch.randn(s) if len(s) == 2 else 0.1 * torch.randn(s) + (0 if n.endswith(".bias") else 1)
         W[n] = x.float().double().requires_grad_(True)
     B, T = 2, 11
     ids = torch.randint(0, V, (B, T))
@@ -97,9 +101,12 @@ def make(name, cfg, seed):
         for l in range(L):
             p = f"model.layers.{l}."
             a = rms(x, W[p + "input_layernorm.weight"])
-            q = (a @ W[p + "self_attn.q_proj.weight"].T).view(B, T, H, D).transpose(1, 2)
-            k = (a @ W[p + "self_attn.k_proj.weight"].T).view(B, T, K, D).transpose(1, 2)
-            v = (a @ W[p + "self_attn.v_proj.weight"].T).view(B, T, K, D).transpose(1, 2)
+            def proj(what, heads):
+                y = a @ W[p + f"self_attn.{what}_proj.weight"].T
+                if qkv_bias:
+                    y = y + W[p + f"self_attn.{what}_proj.bias"]
+                return y.view(B, T, heads, D).transpose(1, 2)
+            q, k, v = proj("q", H), proj("k", K), proj("v", K)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             k, v = k.repeat_interleave(H // K, 1), v.repeat_interleave(H // K, 1)
             s = q @ k.transpose(-1, -2) / math.sqrt(D) + mask
@@ -146,7 +153,7 @@ def make(name, cfg, seed):
         opt.step()
     assert min(clip_norms) > CLIP, "clipping must be active for the case to test it"
 
-    d = os.path.join(OUT, name)
+    d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
@@ -162,13 +169,14 @@ def make(name, cfg, seed):
     print(name, "loss", loss.item(), "clip.loss", clip_losses, "clip.grad_norm", clip_norms)
 
 
-base = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
-        "attention_bias": False, "mlp_bias": False, "hidden_size": 32, "intermediate_size": 56,
-        "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8, "vocab_size": 61,
-        "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
-make("untied_gqa_llama3", dict(base, num_key_value_heads=2, tie_word_embeddings=False,
-                               rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8}), 1)
-make("tied_mqa", dict(base, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=10000.0), 2)
-make("untied_mha", dict(base, num_key_value_heads=5, tie_word_embeddings=False, head_dim=6,
-                        num_attention_heads=5, hidden_size=30, rope_theta=10000.0), 3)
+if __name__ == "__main__":
+    base = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+            "attention_bias": False, "mlp_bias": False, "hidden_size": 32, "intermediate_size": 56,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "head_dim": 8, "vocab_size": 61,
+            "max_position_embeddings": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0}
+    make("untied_gqa_llama3", dict(base, num_key_value_heads=2, tie_word_embeddings=False,
+                                   rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8}), 1)
+    make("tied_mqa", dict(base, num_key_value_heads=1, tie_word_embeddings=True, rope_theta=10000.0), 2)
+    make("untied_mha", dict(base, num_key_value_heads=5, tie_word_embeddings=False, head_dim=6,
+                            num_attention_heads=5, hidden_size=30, rope_theta=10000.0), 3)

@@ -114,7 +114,7 @@ TEST_F(HfGpt2Test, ExportThenImportIsIdentity) {
   c.seq_len = 13;
   c.vocab_size = 29;
   const ParamTable table(c);
-  const Gpt2Params names(table, StageRange{}.resolved(c));
+  const StageParams names = gpt2_stage_params(table, StageRange{}.resolved(c), c);
   std::vector<float> params(size_t(table.total()));
   std::mt19937 gen(7);
   std::normal_distribution<float> normal;
@@ -139,14 +139,14 @@ TEST_F(HfGpt2Test, ExportThenImportIsIdentity) {
   EXPECT_EQ(f.metadata().at("format"), "pt");
   EXPECT_EQ(f.tensors().size(), table.tensors().size());
   EXPECT_FALSE(f.contains("lm_head.weight"));
-  const ParamInfo& fc = *names.layer(2).fc_w;  // ours [4C, C]
+  const ParamInfo& fc = *names.layer(2).up_w;  // ours [4C, C]
   const auto& t = f.get("transformer.h.2.mlp.c_fc.weight");
   EXPECT_EQ(t.shape, (std::vector<int64_t>{21, 84}));
   const auto hf = f.read_f32(t.name);
   for (int64_t o : {0, 5, 83})
     for (int64_t i : {0, 7, 20}) EXPECT_EQ(hf[size_t(i * 84 + o)], params[size_t(fc.offset + o * 21 + i)]);
   EXPECT_EQ(f.read_f32("transformer.wte.weight"),
-            std::vector<float>(params.begin(), params.begin() + names.wte->numel));
+            std::vector<float>(params.begin(), params.begin() + names.embed->numel));
 
   // No temporaries left behind.
   for (const auto& e : fs::directory_iterator(out))
@@ -169,7 +169,7 @@ TEST_F(HfGpt2Test, ReferenceConfigMatchesExport) {
 TEST_F(HfGpt2Test, ImportsReferenceWithConv1DTransposed) {
   const ModelConfig c = ref_config();
   const ParamTable table(c);
-  const Gpt2Params names(table, StageRange{}.resolved(c));
+  const StageParams names = gpt2_stage_params(table, StageRange{}.resolved(c), c);
   std::vector<float> params(size_t(table.total()), NAN);
   import_hf_gpt2(kRef, c, params.data());
   for (float x : params) ASSERT_TRUE(std::isfinite(x));
@@ -185,17 +185,17 @@ TEST_F(HfGpt2Test, ImportsReferenceWithConv1DTransposed) {
   EXPECT_NE(params[size_t(qkv_w.offset + 1 * C + 2)], qkv[size_t(1 * 3 * C + 2)]);  // not a plain copy
   // mlp.c_proj: file [4C, C]; ours [C, 4C].
   const auto proj = f.read_f32("transformer.h.0.mlp.c_proj.weight");
-  const ParamInfo& pw = *names.layer(0).fc_proj_w;
+  const ParamInfo& pw = *names.layer(0).down_w;
   for (int64_t i : {0, 77, 159})
     for (int64_t o : {0, 13, 39})
       EXPECT_EQ(params[size_t(pw.offset + o * 4 * C + i)], proj[size_t(i * C + o)]);
   // Vectors and embeddings are copied as they are.
   EXPECT_EQ(f.read_f32("transformer.h.1.ln_2.bias"),
-            std::vector<float>(params.begin() + names.layer(1).ln2_b->offset,
-                               params.begin() + names.layer(1).ln2_b->offset + C));
+            std::vector<float>(params.begin() + names.layer(1).norm2_b->offset,
+                               params.begin() + names.layer(1).norm2_b->offset + C));
   EXPECT_EQ(f.read_f32("transformer.wpe.weight"),
-            std::vector<float>(params.begin() + names.wpe->offset,
-                               params.begin() + names.wpe->offset + names.wpe->numel));
+            std::vector<float>(params.begin() + names.positions->offset,
+                               params.begin() + names.positions->offset + names.positions->numel));
 
   // Re-exporting writes the reference file byte for byte.
   export_hf_gpt2(c, params.data(), dir_.string());

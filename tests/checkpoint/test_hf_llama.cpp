@@ -1,6 +1,8 @@
 // Hugging Face Llama import/export: a round trip is bit for bit (untied and tied, with and without
 // Llama-3 rope scaling), config.json carries every key of spec §5.1, sharded checkpoints
 // (index.json) and BF16 tensors import, and everything we cannot compute exactly is refused by name.
+// Qwen2 (hf-qwen2, the same adapter with q, k, v biases): a round trip is bit for bit (tied and
+// untied), its config.json is Qwen2's, and Llama's and Qwen2's files are not mistaken for each other.
 #include "odyssey/checkpoint/hf_llama.h"
 
 #include <gtest/gtest.h>
@@ -193,6 +195,63 @@ TEST_F(HfLlama, TiedHeadMustEqualTheEmbedding) {
   refs.back().data = other.data();
   write_safetensors(out + "/model.safetensors", refs, {});
   EXPECT_HAS(error_of([&] { import_hf_llama(out, c, got.data()); }), "lm_head.weight");
+}
+
+ModelConfig qwen2(bool tied) {
+  ModelConfig c = llama(tied, false);
+  c.arch = "qwen2", c.rope_theta = 1e6, c.rms_norm_eps = 1e-6;
+  return c;
+}
+
+TEST_F(HfLlama, Qwen2RoundTripIsBitwise) {
+  for (bool tied : {false, true}) {
+    const ModelConfig c = qwen2(tied);
+    const std::vector<float> params = random_params(c);
+    const std::string out = dir("qwen2_" + std::to_string(tied));
+    export_hf_llama(c, params.data(), out);
+    const ModelConfig back = read_hf_qwen2_config(out);
+    EXPECT_EQ(back.arch, "qwen2");
+    EXPECT_EQ(back.n_kv_head, c.n_kv_head);
+    EXPECT_EQ(back.d_ff, c.d_ff);
+    EXPECT_EQ(back.rope_theta, c.rope_theta);
+    EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps);
+    EXPECT_EQ(back.tie_embeddings, tied);
+    std::vector<float> got(params.size(), -1.0f);
+    import_hf_llama(out, back, got.data());
+    EXPECT_EQ(got, params) << "tied " << tied;
+    const SafetensorsFile file(out + "/model.safetensors");
+    EXPECT_EQ(file.contains("lm_head.weight"), !tied);
+    for (const char* bias : {"q_proj", "k_proj", "v_proj"})
+      EXPECT_TRUE(file.contains(std::string("model.layers.1.self_attn.") + bias + ".bias")) << bias;
+    EXPECT_EQ(file.get("model.layers.1.self_attn.k_proj.bias").shape, (std::vector<int64_t>{12}));
+    EXPECT_FALSE(file.contains("model.layers.1.self_attn.o_proj.bias"));
+  }
+}
+
+TEST_F(HfLlama, Qwen2ConfigAndMixUps) {
+  const ModelConfig c = qwen2(false);
+  const nlohmann::json j = nlohmann::json::parse(hf_llama_config_json(c));
+  EXPECT_EQ(j["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(j["model_type"], "qwen2");
+  EXPECT_EQ(j["use_sliding_window"], false);
+  EXPECT_EQ(j["rope_theta"], 1e6);
+  const std::string out = dir("qwen2_mixups");
+  export_hf_llama(c, random_params(c).data(), out);
+  EXPECT_HAS(error_of([&] { read_hf_llama_config(out); }), "model_type");
+  const std::string config = read_text_file(out + "/config.json");
+  nlohmann::json sliding = nlohmann::json::parse(config);
+  sliding["use_sliding_window"] = true;
+  write_text_atomic(out + "/config.json", sliding.dump());
+  EXPECT_HAS(error_of([&] { read_hf_qwen2_config(out); }), "use_sliding_window");
+  // Llama's weights (no biases) are not Qwen2's: the missing biases are named.
+  write_text_atomic(out + "/config.json", config);
+  const ModelConfig l = llama(false, false);
+  export_hf_llama(l, random_params(l).data(), dir("llama_for_qwen2"));
+  std::vector<float> got(size_t(ParamTable(c).total()));
+  fs::copy_file(out + "/config.json", dir("llama_for_qwen2") + "/config.json",
+                fs::copy_options::overwrite_existing);
+  EXPECT_HAS(error_of([&] { import_hf_llama(dir("llama_for_qwen2"), c, got.data()); }),
+             "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
 }
 
 }  // namespace

@@ -64,21 +64,32 @@ run() {
     >"$WORK/$name.log" 2>&1 || fail "$name: exit code $? ($(tail -n 3 "$WORK/$name.log"))"
 }
 losses() { grep -oE '"loss":[^,}]*' "$WORK/$1/metrics.jsonl" | cut -d: -f2; }
-# compare NAME [REF]: every step's loss within relative 1e-5 of REF's (default: ref), 10 steps.
+# compare NAME [REF] [TOL]: every step's loss within relative TOL (default 1e-5) of REF's (default: ref),
+# 10 steps.
 compare() {
-  local name="$1" ref="${2:-ref}"
+  local name="$1" ref="${2:-ref}" tol="${3:-1e-5}"
   if paste -d' ' <(losses "$ref") <(losses "$name") |
-    awk 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1; n++ }
+    awk -v tol="$tol" 'NF != 2 { bad = 1 } { d = $1 - $2; if (d < 0) d = -d; if (d > tol * $1) bad = 1; n++ }
          END { exit (bad || n != 10) }'; then
-    echo "ok: $name matches $ref's losses"
+    echo "ok: $name matches $ref's losses (relative $tol)"
   else
     fail "$name: losses differ from $ref: $(paste <(losses "$ref") <(losses "$name") | head -3 | tr '\n' ' ')"
   fi
 }
 
+# run_compared NAME NP REF TOL ARGS...: trains $cfg as NAME on NP ranks (ARGS), then compares its losses
+# with REF's within relative TOL.
+run_compared() {
+  local name="$1" np="$2" ref="$3" tol="$4"
+  shift 4
+  run "$name" "$np" "$@"
+  compare "$name" "$ref" "$tol"
+}
+
 # small_model_config ARCH GPT2_HEADS LAYERS VOCAB [TRAIN_LINES]: $WORK/ARCH.toml, a 40-wide GPT-2
-# (GPT2_HEADS heads) or Llama (4 heads over 2 kv heads, SwiGLU 72) of LAYERS layers on $WORK/data's
-# shards, 10 steps of 8 rows x 32 tokens in micro-batches of 2; TRAIN_LINES are added to [train].
+# (GPT2_HEADS heads) or Llama or Qwen2 (4 heads over 2 kv heads, SwiGLU 72; Qwen2 with its q, k, v
+# biases and a tied head) of LAYERS layers on $WORK/data's shards, 10 steps of 8 rows x 32 tokens in
+# micro-batches of 2; TRAIN_LINES are added to [train].
 small_model_config() {
   local arch="$1" heads="$2" layers="$3" vocab="$4" extra="${5:-}" model
   if [ "$arch" = gpt2 ]; then
@@ -86,7 +97,8 @@ small_model_config() {
 n_head = $heads
 d_model = 40"
   else
-    model='arch = "llama"
+    model="arch = \"$arch\"
+$([ "$arch" = qwen2 ] && echo "tie_embeddings = true")"'
 n_head = 4
 n_kv_head = 2
 d_model = 40

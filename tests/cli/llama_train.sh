@@ -5,7 +5,8 @@
 # memory.checkpoint = full is bitwise none (chunked or not); a checkpoint written under Ulysses 2 x ZeRO-3
 # resumes in one process; export --to hf-llama and import --from hf-llama round-trip the weights
 # bit for bit (eval gives the same loss); generation with the KV cache equals recomputing; the tied
-# variant trains; Llama-3.2-1B's config dry-runs.
+# variant trains; Llama-3.2-1B's config dry-runs. Qwen2 (the same model with q, k, v biases) under those
+# layouts, pp2 and every memory mode within 1e-6 of one process, and its hf-qwen2 round trip.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 make_shards "$WORK/data"
@@ -100,19 +101,25 @@ run part 1 --set checkpoint.resume=true
 compare part
 
 # Hugging Face round trip: export, import, and the imported checkpoint evaluates to the same loss.
-"$ODYSSEY" export --checkpoint "$WORK/ref" --to hf-llama --output "$WORK/hf" >"$WORK/export.log" 2>&1 ||
-  fail "export: $(tail -n 2 "$WORK/export.log")"
-grep -q '"model_type": "llama"' "$WORK/hf/config.json" && grep -q '"rope_type": "llama3"' "$WORK/hf/config.json" ||
-  fail "export: config.json lacks model_type llama or the rope scaling"
-"$ODYSSEY" import --from hf-llama --input "$WORK/hf" --output "$WORK/imported" >"$WORK/import.log" 2>&1 ||
-  fail "import: $(tail -n 2 "$WORK/import.log")"
 eval_loss() { "$ODYSSEY" eval --checkpoint "$1" --data "$WORK/data/shards/val_*.bin" --max-rows 4 | grep -oE '"loss":[^,}]*'; }
-[ "$(eval_loss "$WORK/ref")" = "$(eval_loss "$WORK/imported")" ] && echo "ok: hf-llama round trip evaluates identically" ||
-  fail "hf-llama round trip: $(eval_loss "$WORK/ref") vs $(eval_loss "$WORK/imported")"
+# hf_round_trip RUN ARCH: RUN's checkpoint exported --to hf-ARCH ($WORK/hf_ARCH: model_type ARCH, the
+# rope scaling) and imported back ($WORK/imported_ARCH) evaluates identically.
+hf_round_trip() {
+  local run="$1" arch="$2" hf="$WORK/hf_$2" back="$WORK/imported_$2"
+  "$ODYSSEY" export --checkpoint "$WORK/$run" --to "hf-$arch" --output "$hf" >"$WORK/export_$arch.log" 2>&1 ||
+    fail "export $arch: $(tail -n 2 "$WORK/export_$arch.log")"
+  grep -q "\"model_type\": \"$arch\"" "$hf/config.json" && grep -q '"rope_type": "llama3"' "$hf/config.json" ||
+    fail "export $arch: config.json lacks model_type $arch or the rope scaling"
+  "$ODYSSEY" import --from "hf-$arch" --input "$hf" --output "$back" >"$WORK/import_$arch.log" 2>&1 ||
+    fail "import $arch: $(tail -n 2 "$WORK/import_$arch.log")"
+  [ "$(eval_loss "$WORK/$run")" = "$(eval_loss "$back")" ] && echo "ok: hf-$arch round trip evaluates identically" ||
+    fail "hf-$arch round trip: $(eval_loss "$WORK/$run") vs $(eval_loss "$back")"
+}
+hf_round_trip ref llama
 expect_error "export to the other architecture" "model.arch = llama" "$ODYSSEY" export --checkpoint "$WORK/ref" \
   --to hf-gpt2 --output "$WORK/hf2"
-sed -i 's/"hidden_act": "silu"/"hidden_act": "gelu"/' "$WORK/hf/config.json"
-expect_error "import refuses another activation" "hidden_act" "$ODYSSEY" import --from hf-llama --input "$WORK/hf" \
+sed -i 's/"hidden_act": "silu"/"hidden_act": "gelu"/' "$WORK/hf_llama/config.json"
+expect_error "import refuses another activation" "hidden_act" "$ODYSSEY" import --from hf-llama --input "$WORK/hf_llama" \
   --output "$WORK/imported2"
 
 # Generation: the KV cache (RoPE at the cache's positions) and recomputing the window give the same
@@ -131,6 +138,30 @@ expect_error "odd head_dim" "model.head_dim" "$ODYSSEY" train --config "$cfg" --
   --set "checkpoint.dir=$WORK/bad"
 expect_error "unknown rope type" "rope_type" "$ODYSSEY" train --config "$cfg" \
   --set model.rope_scaling.rope_type=yarn --set "checkpoint.dir=$WORK/bad"
+
+# Qwen2 (model.arch = "qwen2": Llama's block with q, k, v biases, here untied with Llama-3 RoPE scaling)
+# under dp2 ZeRO-3, Ulysses 2 and 4, ring 2, the hybrid, pp2 and sequence chunks with every recompute
+# policy: every step within 1e-6 of one process; export --to hf-qwen2 and import --from hf-qwen2
+# round-trip the weights bit for bit.
+sed 's/^arch = "llama"/arch = "qwen2"/' "$WORK/llama.toml" >"$WORK/qwen2.toml"
+cfg="$WORK/qwen2.toml"
+run qwen2_ref 1
+run_compared qwen2_zero3 2 qwen2_ref 1e-6 --set parallel.zero_stage=3
+run_compared qwen2_ulysses2 2 qwen2_ref 1e-6 --set parallel.sp_ulysses=2
+run_compared qwen2_ulysses4 4 qwen2_ref 1e-6 --set parallel.sp_ulysses=4
+run_compared qwen2_ring2 2 qwen2_ref 1e-6 --set parallel.sp_ring=2
+run_compared qwen2_hybrid 4 qwen2_ref 1e-6 --set parallel.sp_ulysses=2 --set parallel.sp_ring=2
+run_compared qwen2_pp2 2 qwen2_ref 1e-6 --set parallel.pp=2
+for policy in cheap keep_attention full; do
+  run_compared qwen2_chunk_$policy 1 qwen2_ref 1e-6 "${chunked[@]}" --set memory.checkpoint=$policy
+done
+mkdir -p "$WORK/offload"
+run_compared qwen2_chunk_disk 1 qwen2_ref 1e-6 "${chunked[@]}" --set memory.checkpoint=full --set memory.tier=disk \
+  --set "memory.offload_dir=$WORK/offload"
+hf_round_trip qwen2_ref qwen2
+grep -q '"Qwen2ForCausalLM"' "$WORK/hf_qwen2/config.json" && echo "ok: hf-qwen2 config names Qwen2ForCausalLM" ||
+  fail "export qwen2: config.json lacks Qwen2ForCausalLM"
+cfg="$WORK/llama.toml"
 
 # Llama-3.2-1B's shape dry-runs (model state and activations accounted, nothing allocated).
 "$ODYSSEY" train --config "$ROOT/configs/llama-3.2-1b.toml" --dry-run --set "data.train=$WORK/data/shards/train_*.bin" \

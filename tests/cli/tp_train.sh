@@ -7,7 +7,8 @@
 # 1e-2). Checkpoints written at tp2 x dp2 resume at tp1, tp4 and dp4, one written at pp2 at tp2 and one
 # at tp2 x pp2 at one process. Domino (rows and tokens, with and without TP-SP, and tp2 x dp2 ZeRO-1)
 # within 1e-5 as well, with the same tp bytes, and at tp2 bitwise equal to its halves run in order. The metrics carry the tp group's bytes; a tp rank holds
-# about half the weights; impossible layouts are refused naming the key.
+# about half the weights; impossible layouts are refused naming the key. Qwen2 (q, k, v biases, tied) at
+# tp 2, 4, over chunks, with dp2 ZeRO-3, pp2 and Domino within 1e-6.
 source "$(dirname "$0")/common.sh" "$@"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 make_shards "$WORK/data"
@@ -124,6 +125,19 @@ for arch in gpt2 llama; do
   run ${arch}_tppp_part 1 --set checkpoint.resume=true
   compare_all ${arch}_tppp_part ${arch}_ref
 done
+
+# Qwen2 (Llama's block with q, k, v biases, tied head) through the same seams: TP-SP at tp 2 and 4, plain
+# TP over sequence chunks, tp2 x dp2 ZeRO-3, tp2 x pp2 and Domino, every step within 1e-6 of one process.
+small_model_config qwen2 4 3 257 'grad_clip = 1.0'
+cfg="$WORK/qwen2.toml"
+run qwen2_ref 1
+run_compared qwen2_tp2 2 qwen2_ref 1e-6 --set parallel.tp=2
+run_compared qwen2_tp4 4 qwen2_ref 1e-6 --set parallel.tp=4
+run_compared qwen2_tp2_nosp_chunks 2 qwen2_ref 1e-6 --set parallel.tp=2 --set parallel.tp_sp=false \
+  --set memory.checkpoint=full --set memory.chunk_tokens=24
+run_compared qwen2_tp2_dp2_z3 4 qwen2_ref 1e-6 --set parallel.tp=2 --set parallel.dp=2 --set parallel.zero_stage=3
+run_compared qwen2_tp2_pp2 4 qwen2_ref 1e-6 --set parallel.tp=2 --set parallel.pp=2
+run_compared qwen2_tp2_domino 2 qwen2_ref 1e-6 --set parallel.tp=2 --set parallel.tp_overlap=domino
 
 # Quantized communication of a tp rank's shard (ZeRO-2 over dp: int8 weights, int4 gradients) runs,
 # its losses within the quantization's error (1e-2 relative) of the single process.

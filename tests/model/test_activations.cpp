@@ -1,4 +1,4 @@
-// Activations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
+// BlockActivations::bytes_for (the trainer's memory check) against what allocate() actually holds, for
 // shapes that differ in every dimension the formula uses, for every checkpoint policy and layer chunk,
 // the attention whole or per query chunk, with the layer inputs in RAM or on disk (and then the scratch
 // file's size), for a tensor-parallel rank's piece, GPT-2 and Llama.
@@ -77,10 +77,11 @@ TEST(Activations, BytesForMatchesAllocate) {
                       s.n_layer, s.n_head, s.d_model, s.B, s.T, range.layer_begin, range.layer_end,
                       head_chunk, chunk, enum_name(kCheckpointPolicyNames, policy),
                       enum_name(kMemoryTierNames, tier), qc, t, split.sequence_parallel ? " sp" : "");
-                  Activations a;
+                  BlockActivations a(gpt2_block());
                   const QueryChunks gq = chunks(H);
                   a.allocate(c, range, s.B, s.T, false, memory, split, vocab_rows, gq);
-                  EXPECT_EQ(Activations::bytes_for(c, range, s.B, s.T, false, memory, split, vocab_rows, gq),
+                  EXPECT_EQ(BlockActivations::bytes_for(gpt2_block(), c, range, s.B, s.T, false, memory,
+                                                        split, vocab_rows, gq),
                             a.bytes())
                       << what;
                   // The disk tier's file: as accounted (the layer inputs but the last layer's and a stage's
@@ -96,12 +97,12 @@ TEST(Activations, BytesForMatchesAllocate) {
                   lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
                   lc.d_ff = 3 * s.d_model;
                   if (lc.n_kv_head % t != 0 && t % lc.n_kv_head != 0) continue;
-                  LlamaActivations l;
+                  BlockActivations l(llama_block());
                   const QueryChunks lq = chunks(lc.n_kv_head % t == 0 ? lc.n_kv_head / t : 1);
                   l.allocate(lc, range, s.B, s.T, false, memory, split, vocab_rows, lq);
-                  EXPECT_EQ(
-                      LlamaActivations::bytes_for(lc, range, s.B, s.T, false, memory, split, vocab_rows, lq),
-                      l.bytes())
+                  EXPECT_EQ(BlockActivations::bytes_for(llama_block(), lc, range, s.B, s.T, false, memory,
+                                                        split, vocab_rows, lq),
+                            l.bytes())
                       << "llama, " << what;
                   EXPECT_EQ(l.kept.disk ? l.kept.disk->file_bytes() : 0, disk) << "llama, " << what;
                 }

@@ -1,6 +1,6 @@
-// The blocks' activation and scratch buffers: bytes_for (the memory accounting, the start-up check,
-// --dry-run) against what allocate() holds with the same arguments, for GPT-2's and Llama's layer
-// activations and block scratch, over shapes that vary every size: B and T, every LayerRows group,
+// The block runner's activation and scratch buffers: bytes_for (the memory accounting, the start-up
+// check, --dry-run) against what allocate() holds with the same arguments, for GPT-2's and Llama's
+// blocks, over shapes that vary every size: B and T, every LayerRows group,
 // keep_qkv, tp 1 to 4 (3: widths that 8 does not split into, the Llama K/V heads split or replicated)
 // with and without TP-SP and Domino's two slots, backward on and off, the row chunk, and the attention
 // whole, key-outer or per query chunk (the K/V prefix in the qkv or beside it, one or two rows per token).
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "odyssey/model/gpt2_block.h"
-#include "odyssey/model/llama_block.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/model/llama.h"
 
 namespace odyssey {
 namespace {
@@ -75,21 +75,22 @@ std::string describe(bool flag, bool backward, int chunk, const QueryChunks& q) 
                      q.key_outer);
 }
 
-// Checks Acts and Scratch of one architecture for every shape; counts the cases compared.
-template <typename Acts, typename Scratch>
-void check(const ModelConfig& c, int& cases) {
-  Acts acts;
-  Scratch scratch;
+// Checks the layer activations and scratch of one architecture's block for every shape; counts the
+// cases compared.
+void check(const BlockSpec& spec, const ModelConfig& c, int& cases) {
+  BlockActs acts;
+  BlockScratch scratch;
   const std::vector<LayerRows> rows = layer_rows();
   for (const Shape& s : kShapes)
     for (const TpSplit& tp : splits(s.B * s.T)) {
       if (c.n_head % tp.t != 0 || c.ffn_dim() % tp.t != 0) continue;
       if (c.kv_heads() % tp.t != 0 && tp.t % c.kv_heads() != 0) continue;
       const std::string where = describe(c, s, tp);
+      const BlockDims d = spec.dims(c, tp);
       for (bool keep_qkv : {true, false})
         for (const LayerRows& r : rows) {
-          acts.allocate(c, s.B, s.T, keep_qkv, r, tp);
-          ASSERT_EQ(Acts::bytes_for(c, s.B, s.T, keep_qkv, r, tp), acts.bytes())
+          acts.allocate(spec, d, s.B, s.T, keep_qkv, r, tp);
+          ASSERT_EQ(BlockActs::bytes_for(spec, d, s.B, s.T, keep_qkv, r, tp), acts.bytes())
               << where << ", keep_qkv " << keep_qkv << ", " << describe(r);
           ++cases;
         }
@@ -98,8 +99,9 @@ void check(const ModelConfig& c, int& cases) {
         for (bool backward : {true, false})
           for (int chunk : {0, 1, 7, 50})
             for (const QueryChunks& q : query_chunk_forms(kv_width)) {
-              scratch.allocate(c, s.B, s.T, shared_qkv, backward, chunk, tp, q);
-              ASSERT_EQ(Scratch::bytes_for(c, s.B, s.T, shared_qkv, backward, chunk, tp, q), scratch.bytes())
+              scratch.allocate(d, s.B, s.T, shared_qkv, backward, chunk, tp, q);
+              ASSERT_EQ(BlockScratch::bytes_for(d, s.B, s.T, shared_qkv, backward, chunk, tp, q),
+                        scratch.bytes())
                   << where << ", " << describe(shared_qkv, backward, chunk, q);
               ++cases;
             }
@@ -111,7 +113,7 @@ TEST(BlockSizes, Gpt2BytesForMatchesAllocate) {
     ModelConfig c;
     c.n_layer = 1, c.n_head = H, c.d_model = C, c.vocab_size = 11, c.seq_len = 64;
     int cases = 0;
-    check<Gpt2LayerActs, Gpt2BlockScratch>(c, cases);
+    check(gpt2_block(), c, cases);
     EXPECT_GT(cases, 0);
   }
 }
@@ -123,7 +125,7 @@ TEST(BlockSizes, LlamaBytesForMatchesAllocate) {
     c.arch = "llama", c.n_layer = 1, c.n_head = 12, c.n_kv_head = Hkv, c.d_model = 96, c.d_ff = 288;
     c.vocab_size = 11, c.seq_len = 64;
     int cases = 0;
-    check<LlamaLayerActs, LlamaBlockScratch>(c, cases);
+    check(llama_block(), c, cases);
     EXPECT_GT(cases, 0);
   }
 }

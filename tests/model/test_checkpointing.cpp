@@ -201,7 +201,7 @@ TEST(Checkpointing, DiskTierCorruptChunkRecordIsANamedError) {
   for (int i = 0; i < 64; ++i) in[size_t(i)] = i % 50, tg[size_t(i)] = (i * 3) % 50;
   model.forward(*acts, in.data(), tg.data(), nullptr, 2, 32);
   model.loss(*acts, 1.0f / 64, nullptr);
-  auto& kept = static_cast<Gpt2Activations&>(*acts).kept;
+  auto& kept = static_cast<BlockActivations&>(*acts).kept;
   OffloadFile& file = *kept.disk;
   EXPECT_EQ(file.file_bytes(), model.offload_bytes_for(2, 32));
   // Chunks of 8 rows within each sequence of 32: 8 per layer input, records layer-major.

@@ -29,7 +29,7 @@ ModelConfig config(const std::string& arch) {
   // d_model 64: a hidden-state message (B T C floats, 6.6 KB) above Open MPI's eager limit, so a send
   // completes only once received (a runner that waited for one before receiving would deadlock).
   c.n_layer = 9, c.n_head = 4, c.d_model = 64, c.seq_len = 16, c.vocab_size = 41;
-  if (arch == "llama") c.n_kv_head = 2, c.d_ff = 48;
+  if (arch != "gpt2") c.n_kv_head = 2, c.d_ff = 48;  // llama, qwen2
   return c;
 }
 
@@ -119,7 +119,7 @@ void check(const std::string& arch, PipelineSchedule schedule, int v) {
 }
 
 TEST(Pipeline, EverySchedulesGivesTheSingleProcessStep) {
-  for (const char* arch : {"gpt2", "llama"}) {
+  for (const char* arch : {"gpt2", "llama", "qwen2"}) {
     check(arch, PipelineSchedule::gpipe, 1);
     check(arch, PipelineSchedule::one_f_one_b, 1);
     check(arch, PipelineSchedule::zb1, 1);

@@ -38,7 +38,7 @@ ModelConfig tiny(const std::string& arch) {
   ModelConfig c;
   c.arch = arch;
   c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.seq_len = T, c.vocab_size = 67;
-  if (arch == "llama") c.n_kv_head = 2, c.d_ff = 96;
+  if (arch != "gpt2") c.n_kv_head = 2, c.d_ff = 96;  // llama, qwen2
   return c;
 }
 
@@ -111,7 +111,7 @@ TEST(SpChunks, UlyssesQueryChunksMatchOneProcessWithChunks) {
   if (P == 1) GTEST_SKIP() << "Ulysses needs 2 or more ranks";
   ProcessGrid grid(world(), {.sp_ulysses = P});
   Communicator& sp = grid.sp();
-  for (const std::string arch : {"gpt2", "llama"}) {
+  for (const std::string arch : {"gpt2", "llama", "qwen2"}) {
     const ModelConfig c = tiny(arch);
     // kChunk: chunks ending short; T / P + 4: one chunk per sequence (the B rows make more than one).
     for (int chunk : {kChunk, T / P + 4}) {
@@ -194,7 +194,7 @@ TEST(SpChunks, RingAndHybridKeyOuterMatchOneProcessWithChunks) {
   const int P = world().size();
   if (P == 1) GTEST_SKIP() << "the ring needs 2 or more ranks";
   const int Tl = T / P;  // every layout's tokens per rank
-  for (const std::string arch : {"gpt2", "llama"}) {
+  for (const std::string arch : {"gpt2", "llama", "qwen2"}) {
     const ModelConfig c = tiny(arch);
     const FusedQkv f{c.n_head, c.kv_heads(), c.head_dim()};
     // kChunk: chunks ending short; Tl + 4: one chunk of each rank's rows per sequence.

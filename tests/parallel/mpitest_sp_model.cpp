@@ -101,14 +101,14 @@ void expect_layout_matches(const ModelConfig& c, const sp_test::Layout& l, const
   // a forward at another shape (evaluation) keeps no stale Ulysses tensors.
   const size_t held = m.activation_bytes();
   EXPECT_EQ(held, m.activation_bytes_for(B, Tl));
-  EXPECT_GT(held, Activations::bytes_for(c, m.range(), B, Tl));
+  EXPECT_GT(held, BlockActivations::bytes_for(gpt2_block(), c, m.range(), B, Tl));
   if (l.U > 1 && l.R == 1) {
     // The saved Ulysses tensors live in the layers' activations: a smaller batch holds exactly its own.
     const int H = c.n_head, D = c.d_model / c.n_head;
     const size_t saved = op.bytes_for(1, Tl / 2, H, D, c.n_layer) - op.bytes_for(1, Tl / 2, H, D, 0);
     m.forward(inputs.data(), targets.data(), pos.data(), 1, Tl / 2, &n);
     EXPECT_EQ(m.activation_bytes() - m.attention_bytes(),
-              Activations::bytes_for(c, m.range(), 1, Tl / 2, true) + saved)
+              BlockActivations::bytes_for(gpt2_block(), c, m.range(), 1, Tl / 2, true) + saved)
         << "stale Ulysses tensors after a smaller batch";
   }
 

@@ -22,8 +22,9 @@
 #include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/kernels/rope.h"
-#include "odyssey/model/gpt2_block.h"
-#include "odyssey/model/llama_block.h"
+#include "odyssey/model/block_runner.h"
+#include "odyssey/model/gpt2.h"
+#include "odyssey/model/llama.h"
 #include "odyssey/parallel/tp_linear.h"
 #include "odyssey/parallel/tp_ops.h"
 #include "sp_test_util.h"
@@ -37,14 +38,14 @@ using tp_test::rel_error;
 using tp_test::rows_of;
 using Vec = tp_test::Vec;
 
-// One layer's twelve tensors, in the order of Gpt2LayerTensors.
+// One layer's twelve tensors, in the order of BlockTensors.
 struct Layer {
   Vec ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
   std::vector<Vec*> all() {
     return {&ln1_w, &ln1_b, &qkv_w, &qkv_b, &attn_proj_w, &attn_proj_b,
             &ln2_w, &ln2_b, &fc_w,  &fc_b,  &fc_proj_w,   &fc_proj_b};
   }
-  Gpt2LayerTensors tensors() {
+  BlockTensors tensors() {
     return {ln1_w.data(), ln1_b.data(), qkv_w.data(), qkv_b.data(), attn_proj_w.data(), attn_proj_b.data(),
             ln2_w.data(), ln2_b.data(), fc_w.data(),  fc_b.data(),  fc_proj_w.data(),   fc_proj_b.data()};
   }
@@ -158,7 +159,10 @@ void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
   ModelConfig cfg;
   cfg.n_layer = 2, cfg.n_head = 4, cfg.d_model = 40, cfg.seq_len = domino.T, cfg.vocab_size = 64;
   if (domino.on) chunk = domino.B * domino.T / (sp ? t : 1) / 2;  // the two halves of a rank's rows
-  BlockShape s{domino.B, domino.T, cfg.d_model, cfg.n_head, chunk};
+  struct {
+    int B, T, C, H, chunk;
+    int N() const { return B * T; }
+  } s{domino.B, domino.T, cfg.d_model, cfg.n_head, chunk};
   const int C = s.C, N = s.N(), L = 2;
   std::vector<Layer> global = {random_layer(C, 100), random_layer(C, 200)};
   const Vec x = sp_test::uniform(size_t(N) * C, 7, 1.0f), dy = sp_test::uniform(size_t(N) * C, 8, 1.0f);
@@ -168,22 +172,24 @@ void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
                  const Vec& dy_in, Vec& out, Vec& dx) {
     LocalAttention attention;
     const TpSplit split = lin.split();
-    BlockShape run_shape = s;  // the K/V prefix of this run's heads
-    if (domino.query_chunks) run_shape.query_chunks = {true, attention.kv_prefix(s.H / split.t, s.D())};
-    std::vector<Gpt2LayerActs> acts(L);
-    Gpt2BlockScratch scratch;
-    scratch.allocate(cfg, s.B, s.T, false, true, s.chunk, split, run_shape.query_chunks);
-    for (auto& a : acts) a.allocate(cfg, s.B, s.T, true, {}, split);
+    const BlockDims d = gpt2_block().dims(cfg, split);
+    BlockShape run_shape{s.B, s.T, d, s.chunk};  // the K/V prefix of this run's heads
+    if (domino.query_chunks) run_shape.query_chunks = {true, attention.kv_prefix(d.H, d.D)};
+    std::vector<BlockActs> acts(L);
+    BlockScratch scratch;
+    scratch.allocate(d, s.B, s.T, false, true, s.chunk, split, run_shape.query_chunks);
+    for (auto& a : acts) a.allocate(gpt2_block(), d, s.B, s.T, true, {}, split);
+    const BlockCall call{gpt2_block(), attention, lin, scratch, run_shape};
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
-      gpt2_block_forward(acts[l], in, layers[l].tensors(), attention, lin, scratch, run_shape);
+      block_forward(call, acts[l], in, layers[l].tensors());
       in = acts[l].residual3.data();
     }
     out.assign(in, in + x_in.size());
     dx = dy_in;
     for (int l = L - 1; l >= 0; --l)
-      gpt2_block_backward(dx.data(), acts[l], l ? acts[l - 1].residual3.data() : x_in.data(),
-                          layers[l].tensors(), grads[l].tensors(), attention, lin, scratch, run_shape);
+      block_backward(call, dx.data(), acts[l], l ? acts[l - 1].residual3.data() : x_in.data(),
+                     layers[l].tensors(), grads[l].tensors());
   };
 
   std::vector<Layer> ref_grads = {Layer::zeros_like(global[0]), Layer::zeros_like(global[1])};
@@ -223,7 +229,7 @@ void check_blocks(bool sp, int chunk = 0, DominoRun domino = {}) {
       for (size_t i = 0; i < got.size(); ++i) expect_same_as_undivided(*got[i], *want[i], "gradient");
     }
     if (!domino.query_chunks) {  // without halves: the same bytes in half the calls
-      BlockShape whole = s;
+      auto whole = s;
       whole.chunk = 0;
       std::swap(s, whole);
       auto m = [&](const Vec& v) { return my_rows(v, sp, N, C, t, r, 0); };
@@ -274,8 +280,11 @@ TEST(TensorParallelBlock, Gpt2DominoTokens) {
 struct LlamaLayer {
   Vec attn_norm, qkv_w, o_w, mlp_norm, gate_up_w, down_w;
   std::vector<Vec*> all() { return {&attn_norm, &qkv_w, &o_w, &mlp_norm, &gate_up_w, &down_w}; }
-  LlamaLayerTensors tensors() {
-    return {attn_norm.data(), qkv_w.data(), o_w.data(), mlp_norm.data(), gate_up_w.data(), down_w.data()};
+  BlockTensors tensors() {
+    BlockTensors t;
+    t.norm1_w = attn_norm.data(), t.qkv_w = qkv_w.data(), t.proj_w = o_w.data(), t.norm2_w = mlp_norm.data();
+    t.up_w = gate_up_w.data(), t.down_w = down_w.data();
+    return t;
   }
   LlamaLayer zeros() {
     LlamaLayer z = *this;
@@ -340,25 +349,24 @@ void check_llama_blocks(bool sp, int K, int chunk = 0, DominoRun domino = {}) {
 
   auto run = [&](LinearOps& lin, std::vector<LlamaLayer>& layers, std::vector<LlamaLayer>& grads,
                  const Vec& x_in, const Vec& dy_in, Vec& out, Vec& dx) {
-    LlamaShape s = LlamaShape::of(cfg, B, T, chunk, lin.split());
-    LocalAttention attention(s.Hkv);
-    if (domino.query_chunks) s.query_chunks = {true, attention.kv_prefix(s.H, s.D)};
-    std::vector<LlamaLayerActs> acts(L);
-    LlamaBlockScratch scratch;
-    scratch.allocate(cfg, B, T, false, true, chunk, lin.split(), s.query_chunks);
-    for (auto& a : acts) a.allocate(cfg, B, T, true, {}, lin.split());
+    BlockShape s{B, T, llama_block().dims(cfg, lin.split()), chunk};
+    LocalAttention attention(s.d.Hkv);
+    if (domino.query_chunks) s.query_chunks = {true, attention.kv_prefix(s.d.H, s.d.D)};
+    std::vector<BlockActs> acts(L);
+    BlockScratch scratch;
+    scratch.allocate(s.d, B, T, false, true, chunk, lin.split(), s.query_chunks);
+    for (auto& a : acts) a.allocate(llama_block(), s.d, B, T, true, {}, lin.split());
+    const BlockCall call{llama_block(), attention, lin, scratch, s, {cos.data(), sin.data()}};
     const float* in = x_in.data();
     for (int l = 0; l < L; ++l) {
-      llama_block_forward(acts[l], in, layers[l].tensors(), attention, lin, scratch, s,
-                          {cos.data(), sin.data()});
+      block_forward(call, acts[l], in, layers[l].tensors());
       in = acts[l].residual3.data();
     }
     out.assign(in, in + x_in.size());
     dx = dy_in;
     for (int l = L - 1; l >= 0; --l)
-      llama_block_backward(dx.data(), acts[l], l ? acts[l - 1].residual3.data() : x_in.data(),
-                           layers[l].tensors(), grads[l].tensors(), attention, lin, scratch, s,
-                           {cos.data(), sin.data()});
+      block_backward(call, dx.data(), acts[l], l ? acts[l - 1].residual3.data() : x_in.data(),
+                     layers[l].tensors(), grads[l].tensors());
   };
 
   std::vector<LlamaLayer> ref_grads = {global[0].zeros(), global[1].zeros()};
@@ -446,16 +454,16 @@ TEST(TensorParallelBlock, LlamaGqaSequenceParallelChunked) {
   check_llama_blocks(true, 2, 4);
 }
 
-TEST(TensorParallelBlock, LlamaShapeRefusesHeadsThatDoNotSplit) {
+TEST(TensorParallelBlock, LlamaDimsRefuseHeadsThatDoNotSplit) {
   ModelConfig cfg;
   cfg.arch = "llama", cfg.n_head = 6, cfg.n_kv_head = 3, cfg.d_model = 36, cfg.d_ff = 54;
-  EXPECT_NO_THROW(LlamaShape::of(cfg, 1, 4, 0, {3, false}));
-  EXPECT_NO_THROW(LlamaShape::of(cfg, 1, 4, 0, {6, false}));
-  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, 0, {4, false}), Error);  // 6 heads over 4
+  EXPECT_NO_THROW(llama_block().dims(cfg, {3, false}));
+  EXPECT_NO_THROW(llama_block().dims(cfg, {6, false}));
+  EXPECT_THROW(llama_block().dims(cfg, {4, false}), Error);  // 6 heads over 4
   cfg.n_head = 4, cfg.n_kv_head = 3;
-  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, 0, {2, false}), Error);  // 3 kv heads over 2
+  EXPECT_THROW(llama_block().dims(cfg, {2, false}), Error);  // 3 kv heads over 2
   cfg.n_kv_head = 2, cfg.d_ff = 50;
-  EXPECT_THROW(LlamaShape::of(cfg, 1, 4, 0, {4, false}), Error);  // d_ff 50 over 4
+  EXPECT_THROW(llama_block().dims(cfg, {4, false}), Error);  // d_ff 50 over 4
 }
 
 }  // namespace

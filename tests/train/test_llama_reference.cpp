@@ -1,8 +1,10 @@
-// The Llama stage against an independent float64 PyTorch implementation of Hugging Face's
+// The Llama family's stages against an independent float64 PyTorch implementation of Hugging Face's
 // LlamaForCausalLM (scripts/reference/make_llama_reference.py; committed output in
 // tests/data/llama_ref/): three tiny random models, untied with GQA 4/2 and Llama-3 RoPE scaling, tied
 // with one key/value head, and untied with as many key/value heads as query heads (5 heads of 6),
-// imported through the hf-llama adapter.
+// imported through the hf-llama adapter; and of Qwen2ForCausalLM (Llama's block with q, k, v biases:
+// scripts/reference/make_qwen2_reference.py, tests/data/qwen2_ref/): untied with GQA 4/2 at rope_theta
+// 1e6, tied with one key/value head, imported through the hf-qwen2 adapter.
 //
 // Tolerances (fp32 engine vs float64 reference): the mean loss over the counted targets within 1e-5
 // relative; every parameter gradient within 1e-4 (max abs error / max abs value, per tensor), with the
@@ -18,22 +20,31 @@
 #include <string>
 #include <vector>
 
-#include "odyssey/checkpoint/hf_llama.h"
+#include "odyssey/checkpoint/hf_adapter.h"
 #include "odyssey/checkpoint/safetensors.h"
-#include "odyssey/model/llama.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/optim/grad_clip.h"
 
 namespace odyssey {
 namespace {
 
-const std::string kRef = std::string(ODYSSEY_TEST_DATA) + "/llama_ref/";
-const char* const kCases[] = {"untied_gqa_llama3", "tied_mqa", "untied_mha"};
+const std::string kRef = std::string(ODYSSEY_TEST_DATA) + "/";
+const char* const kCases[] = {"llama_ref/untied_gqa_llama3", "llama_ref/tied_mqa", "llama_ref/untied_mha",
+                              "qwen2_ref/untied_gqa", "qwen2_ref/tied_mqa"};
+
+// The architecture a case's directory holds (config.json's model_type).
+const HfAdapter& adapter_of(const std::string& name) {
+  return hf_adapter_for_arch(name.starts_with("qwen2") ? "qwen2" : "llama");
+}
 
 // One reference case: the model imported from its safetensors, the batch and the expected values.
 struct Case {
   explicit Case(const std::string& name)
-      : dir(kRef + name), config(read_hf_llama_config(dir)), ref(dir + "/reference.safetensors") {
+      : dir(kRef + name),
+        hf(adapter_of(name)),
+        config(hf.read_config(dir)),
+        ref(dir + "/reference.safetensors") {
     const std::vector<float> in = ref.read_f32("inputs"), tg = ref.read_f32("targets");
     B = int(ref.get("inputs").shape[0]);
     T = int(ref.get("inputs").shape[1]);
@@ -41,14 +52,14 @@ struct Case {
     targets.assign(tg.begin(), tg.end());
     for (int t : targets) count += t >= 0;
   }
-  std::unique_ptr<Llama> model(int head_chunk = 0) const {
-    auto m = std::make_unique<Llama>(config);
-    import_hf_llama(dir, config, m->params());
+  std::unique_ptr<Stage> model(int head_chunk = 0) const {
+    auto m = architecture(config.arch).make_stage(config, StageRange{}, true, {});
+    hf.import_weights(dir, config, m->params());
     m->set_memory({CheckpointPolicy::none, head_chunk});
     return m;
   }
   // Zeroes the gradients, runs forward and backward of the mean loss, returns the mean loss.
-  double loss_and_grads(Llama& m) const {
+  double loss_and_grads(Stage& m) const {
     std::fill(m.grads(), m.grads() + m.table().total(), 0.0f);
     int64_t n = 0;
     const double sum =
@@ -58,6 +69,7 @@ struct Case {
   }
 
   std::string dir;
+  const HfAdapter& hf;
   ModelConfig config;
   SafetensorsFile ref;
   int B = 0, T = 0;
@@ -79,7 +91,7 @@ Deviation deviation(const float* ours, const std::vector<float>& ref,
   return e;
 }
 
-void adamw_step(Llama& m, std::vector<float>& mom, std::vector<float>& var, int64_t step, float scale) {
+void adamw_step(Stage& m, std::vector<float>& mom, std::vector<float>& var, int64_t step, float scale) {
   const AdamWConfig c{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
   for (const ParamInfo& p : m.table().tensors())
     adamw_update(m.param(p), m.grad(p), mom.data() + p.offset, var.data() + p.offset, size_t(p.numel), c,
@@ -88,7 +100,7 @@ void adamw_step(Llama& m, std::vector<float>& mom, std::vector<float>& var, int6
 
 // The weights against prefix.<name>: within 1e-5 where the reference gradient is above the noise
 // floor, elsewhere no further from the start than Adam moves (lr_total (1 + wd |p|)).
-void expect_weights(const Case& c, const Llama& m, const std::vector<float>& before,
+void expect_weights(const Case& c, const Stage& m, const std::vector<float>& before,
                     const std::string& prefix, double lr_total) {
   for (const ParamInfo& p : m.table().tensors()) {
     const std::vector<float> want = c.ref.read_f32(prefix + p.name), g = c.ref.read_f32("grad." + p.name);
@@ -108,7 +120,7 @@ void expect_weights(const Case& c, const Llama& m, const std::vector<float>& bef
   }
 }
 
-TEST(LlamaReference, LossAndGradientsMatchFloat64) {
+TEST(LlamaFamilyReference, LossAndGradientsMatchFloat64) {
   for (const char* name : kCases)
     for (int head_chunk : {0, 5}) {
       SCOPED_TRACE(std::string(name) + ", head chunk " + std::to_string(head_chunk));
@@ -126,7 +138,7 @@ TEST(LlamaReference, LossAndGradientsMatchFloat64) {
     }
 }
 
-TEST(LlamaReference, AdamWStepOnReferenceGradients) {
+TEST(LlamaFamilyReference, AdamWStepOnReferenceGradients) {
   for (const char* name : kCases) {
     SCOPED_TRACE(name);
     const Case c(name);
@@ -144,7 +156,7 @@ TEST(LlamaReference, AdamWStepOnReferenceGradients) {
   }
 }
 
-TEST(LlamaReference, OneAdamWStep) {
+TEST(LlamaFamilyReference, OneAdamWStep) {
   for (const char* name : kCases) {
     SCOPED_TRACE(name);
     const Case c(name);
@@ -157,7 +169,7 @@ TEST(LlamaReference, OneAdamWStep) {
   }
 }
 
-TEST(LlamaReference, TwoClippedAdamWSteps) {
+TEST(LlamaFamilyReference, TwoClippedAdamWSteps) {
   for (const char* name : kCases) {
     SCOPED_TRACE(name);
     const Case c(name);

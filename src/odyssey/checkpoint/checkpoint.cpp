@@ -9,6 +9,7 @@
 #include "odyssey/checkpoint/sliced.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/model/architecture.h"
 
 namespace fs = std::filesystem;
 
@@ -74,7 +75,7 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
   } catch (const nlohmann::json::exception& e) {
     fail("{}: bad model config: {}", source, e.what());
   }
-  c.validate();
+  validate_model(c);
   return c;
 }
 

@@ -11,6 +11,7 @@ namespace {
 const HfAdapter kAdapters[] = {
     {"gpt2", "hf-gpt2", read_hf_gpt2_config, import_hf_gpt2, export_hf_gpt2},
     {"llama", "hf-llama", read_hf_llama_config, import_hf_llama, export_hf_llama},
+    {"qwen2", "hf-qwen2", read_hf_qwen2_config, import_hf_llama, export_hf_llama},
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/model/architecture.h"
 
 namespace odyssey {
 
@@ -74,7 +75,7 @@ void hf_gpt2_from_hf_layout(const ParamInfo& p, const float* in, float* params) 
 }
 
 std::string hf_gpt2_config_json(const ModelConfig& c) {
-  c.validate();
+  validate_model(c);
   // GPT-2's <|endoftext|> is its last token; for other vocabularies the last id is the best guess.
   const int eos = c.vocab_size - 1;
   json j = {
@@ -171,7 +172,7 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
   check(
       "add_cross_attention", [](const json& v) { return v == false; }, "false");
   try {
-    c.validate();
+    validate_model(c);
   } catch (const Error& e) {
     fail("{}: {}", path, e.what());
   }

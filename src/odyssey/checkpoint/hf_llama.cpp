@@ -11,6 +11,7 @@
 #include "odyssey/checkpoint/safetensors.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/model/params.h"
 
 namespace odyssey {
@@ -78,13 +79,27 @@ struct TensorFiles {
   const SafetensorsFile& file_of(const std::string& name) const { return *owner.at(name); }
 };
 
-}  // namespace
+// A Hugging Face model of the Llama family: Llama, and Qwen2 (Llama's block with q, k, v biases).
+struct Family {
+  const char* arch;      // model.arch, and config.json's model_type
+  const char* hf_class;  // config.json's architectures
+  const char* name;      // in messages
+  bool qkv_bias;         // q, k and v projections with biases
+};
+const Family kLlama{"llama", "LlamaForCausalLM", "Llama", false};
+const Family kQwen2{"qwen2", "Qwen2ForCausalLM", "Qwen2", true};
 
-std::string hf_llama_config_json(const ModelConfig& c) {
-  c.validate();
+// The family of model.arch; fails naming it when it is none of them.
+const Family& family_of(const ModelConfig& c) {
+  for (const Family* f : {&kLlama, &kQwen2})
+    if (c.arch == f->arch) return *f;
+  fail("model.arch = {} is not of the Llama family (llama, qwen2)", c.arch);
+}
+
+std::string config_json(const Family& f, const ModelConfig& c) {
+  validate_model(c);
   json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"attention_bias", false},
+      {"architectures", {f.hf_class}},
       {"attention_dropout", 0.0},
       {"bos_token_id", 0},
       {"eos_token_id", c.vocab_size - 1},
@@ -94,12 +109,10 @@ std::string hf_llama_config_json(const ModelConfig& c) {
       {"initializer_range", 0.02},
       {"intermediate_size", c.ffn_dim()},
       {"max_position_embeddings", c.seq_len},
-      {"mlp_bias", false},
-      {"model_type", "llama"},
+      {"model_type", f.arch},
       {"num_attention_heads", c.n_head},
       {"num_hidden_layers", c.n_layer},
       {"num_key_value_heads", c.kv_heads()},
-      {"pretraining_tp", 1},
       {"rms_norm_eps", c.rms_norm_eps},
       {"rope_scaling", nullptr},
       {"rope_theta", c.rope_theta},
@@ -108,6 +121,11 @@ std::string hf_llama_config_json(const ModelConfig& c) {
       {"use_cache", true},
       {"vocab_size", c.vocab_size},
   };
+  if (f.qkv_bias) {  // Qwen2: full attention in every layer
+    j["use_sliding_window"] = false;
+  } else {
+    j["attention_bias"] = false, j["mlp_bias"] = false, j["pretraining_tp"] = 1;
+  }
   if (c.rope_scaling.enabled()) {
     const RopeScaling& r = c.rope_scaling;
     j["rope_scaling"] = {{"factor", r.factor},
@@ -119,8 +137,14 @@ std::string hf_llama_config_json(const ModelConfig& c) {
   return j.dump(2) + "\n";
 }
 
+}  // namespace
+
+std::string hf_llama_config_json(const ModelConfig& config) {
+  return config_json(family_of(config), config);
+}
+
 void export_hf_llama(const ModelConfig& config, const float* params, const std::string& out_dir) {
-  ODY_CHECK(config.arch == "llama", "export --to hf-llama: the model is model.arch = {}", config.arch);
+  const Family& f = family_of(config);
   const ParamTable table(config);
   std::error_code ec;
   fs::create_directories(out_dir, ec);
@@ -129,11 +153,13 @@ void export_hf_llama(const ModelConfig& config, const float* params, const std::
   for (const ParamInfo& p : table.tensors())
     refs.push_back({p.name, StDtype::F32, p.shape, params + p.offset});
   write_safetensors((fs::path(out_dir) / "model.safetensors").string(), refs, {{"format", "pt"}});
-  write_text_atomic((fs::path(out_dir) / "config.json").string(), hf_llama_config_json(config));
+  write_text_atomic((fs::path(out_dir) / "config.json").string(), config_json(f, config));
   fsync_dir(out_dir);
 }
 
-ModelConfig read_hf_llama_config(const std::string& dir) {
+namespace {
+
+ModelConfig read_config(const Family& f, const std::string& dir) {
   const std::string path = (fs::path(dir) / "config.json").string();
   const json j = read_json(path);
   auto get_int = [&](const json& o, const char* key) {
@@ -149,20 +175,22 @@ ModelConfig read_hf_llama_config(const std::string& dir) {
   // Keys that change the computation: absent means transformers' default, which is ours.
   auto refuse_unless = [&](const char* key, auto ok, const char* expected) {
     if (j.contains(key) && !ok(j[key]))
-      fail("{}: '{}' is {}; Odyssey computes Llama with {}", path, key, j[key].dump(), expected);
+      fail("{}: '{}' is {}; Odyssey computes {} with {}", path, key, j[key].dump(), f.name, expected);
   };
-  ODY_CHECK(j.contains("model_type") && j["model_type"] == "llama",
-            "{}: 'model_type' must be \"llama\", got {}", path,
-            j.contains("model_type") ? j["model_type"].dump() : "nothing");
+  ODY_CHECK(j.contains("model_type") && j["model_type"] == f.arch, "{}: 'model_type' must be \"{}\", got {}",
+            path, f.arch, j.contains("model_type") ? j["model_type"].dump() : "nothing");
   refuse_unless(
       "hidden_act", [](const json& v) { return v == "silu"; }, "\"silu\" (SwiGLU)");
   refuse_unless(
-      "attention_bias", [](const json& v) { return v == false; }, "no attention biases");
+      "attention_bias", [&](const json& v) { return v == f.qkv_bias; },
+      f.qkv_bias ? "biases on q, k and v" : "no attention biases");
   refuse_unless(
       "mlp_bias", [](const json& v) { return v == false; }, "no MLP biases");
+  refuse_unless(
+      "use_sliding_window", [](const json& v) { return v == false; }, "full attention in every layer");
 
   ModelConfig c;
-  c.arch = "llama";
+  c.arch = f.arch;
   c.vocab_size = get_int(j, "vocab_size");
   c.d_model = get_int(j, "hidden_size");
   c.d_ff = get_int(j, "intermediate_size");
@@ -191,14 +219,25 @@ ModelConfig read_hf_llama_config(const std::string& dir) {
     s.original_max_position_embeddings = get_int(r, "original_max_position_embeddings");
   }
   try {
-    c.validate();
+    validate_model(c);
   } catch (const Error& e) {
     fail("{}: {}", path, e.what());
   }
   return c;
 }
 
+}  // namespace
+
+ModelConfig read_hf_llama_config(const std::string& dir) {
+  return read_config(kLlama, dir);
+}
+
+ModelConfig read_hf_qwen2_config(const std::string& dir) {
+  return read_config(kQwen2, dir);
+}
+
 void import_hf_llama(const std::string& dir, const ModelConfig& config, float* params) {
+  const Family& f = family_of(config);
   const ParamTable table(config);
   const TensorFiles files(dir);
   std::set<std::string> used;
@@ -244,10 +283,10 @@ void import_hf_llama(const std::string& dir, const ModelConfig& config, float* p
     for (size_t i = 0; i < shown; ++i) list += (i ? "\n  " : "") + problems[i];
     if (shown < problems.size()) list += fmt::format("\n  ... and {} more", problems.size() - shown);
     fail(
-        "{}: cannot read Llama weights (n_layer={}, n_head={}, n_kv_head={}, d_model={}, d_ff={}, "
+        "{}: cannot read {} weights (n_layer={}, n_head={}, n_kv_head={}, d_model={}, d_ff={}, "
         "vocab_size={}, "
         "tie_embeddings={}):\n  {}",
-        dir, config.n_layer, config.n_head, config.kv_heads(), config.d_model, config.ffn_dim(),
+        dir, f.name, config.n_layer, config.n_head, config.kv_heads(), config.d_model, config.ffn_dim(),
         config.vocab_size, config.tie_embeddings, list);
   }
   for (size_t i = 0; i < table.tensors().size(); ++i) {

@@ -2,9 +2,8 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/model/gpt2.h"
-#include "odyssey/model/gpt2_params.h"
 #include "odyssey/model/llama.h"
-#include "odyssey/model/llama_params.h"
+#include "odyssey/model/qwen2.h"
 
 namespace odyssey {
 
@@ -17,13 +16,27 @@ std::unique_ptr<Stage> make_gpt2(const ModelConfig& config, const StageRange& ra
 
 std::unique_ptr<Stage> make_llama(const ModelConfig& config, const StageRange& range, bool allocate_storage,
                                   const TpPiece& tp) {
-  return std::make_unique<Llama>(config, allocate_storage, range, tp);
+  return make_llama_stage(config, allocate_storage, range, tp);
+}
+
+std::unique_ptr<Stage> make_qwen2(const ModelConfig& config, const StageRange& range, bool allocate_storage,
+                                  const TpPiece& tp) {
+  return make_qwen2_stage(config, allocate_storage, range, tp);
+}
+
+ParamTable llama_table(const ModelConfig& config) {
+  return llama_param_table(config);
+}
+
+// Qwen2's biases are not matrices: its FLOPs are Llama's.
+double llama_flops(const ModelConfig& config, int T) {
+  return block_training_flops_per_token(llama_block(), config, T);
 }
 
 const Architecture kArchitectures[] = {
     {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token},
-    {"llama", validate_llama, llama_param_table, make_llama, init_parameter_range,
-     llama_training_flops_per_token},
+    {"llama", validate_llama, llama_table, make_llama, init_parameter_range, llama_flops},
+    {"qwen2", validate_llama, qwen2_param_table, make_qwen2, init_parameter_range, llama_flops},
 };
 
 }  // namespace
@@ -35,6 +48,12 @@ const Architecture& architecture(const std::string& name) {
     known += known.empty() ? a.name : std::string(", ") + a.name;
   }
   fail("model.arch: unknown architecture '{}' (supported: {})", name, known);
+}
+
+void validate_model(const ModelConfig& config) {
+  const Architecture& a = architecture(config.arch);
+  config.validate();
+  a.validate(config);
 }
 
 }  // namespace odyssey

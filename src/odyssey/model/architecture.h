@@ -35,5 +35,8 @@ struct Architecture {
 
 // The registered architecture called name; fails naming model.arch and the known ones.
 const Architecture& architecture(const std::string& name);
+// A model configuration's checks: the rules every architecture shares (ModelConfig::validate), then its
+// architecture's; fails naming the key (model.arch when it names no architecture).
+void validate_model(const ModelConfig& config);
 
 }  // namespace odyssey

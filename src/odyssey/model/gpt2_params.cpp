@@ -52,30 +52,22 @@ ParamTable gpt2_param_table(const ModelConfig& c) {
   return t;
 }
 
-ParamTable gpt2_stage_table(const ModelConfig& config, const StageRange& range) {
-  const ParamTable whole = gpt2_param_table(config);
-  const int first = range.embeddings() ? 0 : 1 + range.layer_begin;
-  const int last = range.head(config) ? config.n_layer + 1 : range.layer_end;
-  ParamTable t = whole.units(first, last);
-  if (range.head(config) && !range.embeddings()) t.append(whole.find("wte"));  // the tied LM head
-  t.finish();
-  return t;
-}
-
-Gpt2Params::Gpt2Params(const ParamTable& t, const StageRange& range)
-    : wte(t.try_find("wte")),
-      wpe(t.try_find("wpe")),
-      lnf_w(t.try_find("ln_f.weight")),
-      lnf_b(t.try_find("ln_f.bias")),
-      layer_begin(range.layer_begin) {
+StageParams gpt2_stage_params(const ParamTable& t, const StageRange& range, const ModelConfig&) {
+  StageParams p;
+  p.embed = p.head = t.try_find("wte");
+  p.positions = t.try_find("wpe");
+  p.norm_w = t.try_find("ln_f.weight");
+  p.norm_b = t.try_find("ln_f.bias");
+  p.layer_begin = range.layer_begin;
   for (int l = range.layer_begin; l < range.layer_end; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     auto at = [&](const char* name) { return &t.find(h + name); };
-    layers.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
-                      at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
-                      at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"),
-                      at("mlp.c_proj.bias")});
+    p.layers.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
+                        at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
+                        at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"),
+                        at("mlp.c_proj.bias")});
   }
+  return p;
 }
 
 }  // namespace odyssey

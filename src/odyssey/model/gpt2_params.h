@@ -1,4 +1,4 @@
-// GPT-2's parameter table and a named view of it.
+// GPT-2's parameter table and where its stage finds its tensors.
 //
 // Order (per-layer contiguous, so a layer is one range for ZeRO-3 gathers):
 //   unit 0:     wte [V, C], wpe [maxT, C]       (wte is also the tied LM head)
@@ -13,36 +13,16 @@
 // import transpose.
 #pragma once
 
-#include <vector>
-
+#include "odyssey/model/block_stage.h"
 #include "odyssey/model/config.h"
 #include "odyssey/model/params.h"
-#include "odyssey/model/stage.h"
 
 namespace odyssey {
 
 // GPT-2's shape rules beyond the common ones (model/config.h), naming the key.
 void validate_gpt2(const ModelConfig& config);
 ParamTable gpt2_param_table(const ModelConfig& config);
-// The table of a pipeline stage holding layers `range` (resolved): the whole table's units of those
-// layers, the embeddings' unit first when it has them, and the final norm's unit last when it has the
-// head; that unit then also holds the tied head's wte unless the stage has the embeddings.
-ParamTable gpt2_stage_table(const ModelConfig& config, const StageRange& range);
-
-// One layer's tensors, found by name.
-struct LayerParams {
-  const ParamInfo *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attn_proj_w, *attn_proj_b, *ln2_w, *ln2_b, *fc_w, *fc_b,
-      *fc_proj_w, *fc_proj_b;
-};
-
-// The GPT-2 tensors of a (stage's) table, which must outlive the view. Absent tensors are null: wpe
-// without the embeddings, ln_f without the head, wte without either.
-struct Gpt2Params {
-  Gpt2Params(const ParamTable& table, const StageRange& range);
-  const ParamInfo *wte, *wpe, *lnf_w, *lnf_b;
-  int layer_begin;
-  std::vector<LayerParams> layers;
-  const LayerParams& layer(int l) const { return layers[size_t(l - layer_begin)]; }
-};
+// The GPT-2 tensors of a stage's table (layers `range`), which must outlive the view: wte is the head.
+StageParams gpt2_stage_params(const ParamTable& table, const StageRange& range, const ModelConfig& config);
 
 }  // namespace odyssey

@@ -1,8 +1,8 @@
 // What every architecture's stage shares: the stage's range and parameter table, the flat buffers and
 // where each unit's storage is now, the unit schedule, and the attention op, hooks, observer and
 // memory options it runs with, and the steps of forward, loss and backward around the layers (the
-// embeddings, the final norm, the fused LM head and loss). An architecture's stage (gpt2.h, llama.h)
-// derives from it and adds its blocks and what else it has (Llama: the RoPE tables).
+// embeddings, the final norm, the fused LM head and loss). The block stage (block_stage.h) derives from
+// it and adds the layers and what else a block needs (RoPE's tables).
 //
 // Units of a stage, numbered from 0 over what it holds: the embeddings (with layer 0), one per layer,
 // the final norm and LM head (with the last layer). The unit schedule of a micro-batch:
@@ -55,16 +55,6 @@ class LayerStage : public Stage {
   auto grad_at() const {
     return [this](const ParamInfo& t) { return grad(t); };
   }
-  // What the activations A of this stage (its allocate, as start_forward calls it) and the attention op
-  // hold for a micro-batch of B x T tokens: activation_bytes_for of an architecture with activations A.
-  template <typename A>
-  size_t activation_bytes_of(int B, int T) const {
-    const QueryChunks qc = query_chunking(B, T);
-    return A::bytes_for(config_, range_, B, T, shared_qkv(qc), memory_, split(),
-                        vocab_->rows(config_.vocab_size), qc) +
-           attention_bytes_for(B, T, qc);
-  }
-
   void set_attention(AttentionOp* op) override { attention_ = op ? op : &local_attention_; }
   void set_hooks(LayerHooks* hooks) override { hooks_ = hooks ? hooks : &no_hooks_; }
   void set_observer(OpObserver* observer) override { observer_ = observer; }
@@ -128,7 +118,7 @@ class LayerStage : public Stage {
                    float* losses, float* block, int chunk, float* dx, int N, float dloss, int64_t* count);
 
   // The steps of forward(), loss() and backward() around the layers, the same for every architecture;
-  // A is its activations (a LayeredActivations). Their tensors are the stage's names (null where the
+  // A is its activations (BlockActivations). Their tensors are the stage's names (null where the
   // stage does not hold them; used only where it does). An architecture's forward is start_forward,
   // forward_embeddings, its layers (forward_layers, layer_loop.h), forward_final_units; its loss is
   // stage_loss; its backward is backward_final_units, its layers (backward_layers from layers_input),

@@ -32,7 +32,7 @@ void validate_llama(const ModelConfig& c) {
             r.original_max_position_embeddings);
 }
 
-ParamTable llama_param_table(const ModelConfig& c) {
+ParamTable llama_param_table(const ModelConfig& c, bool qkv_bias) {
   const int64_t C = c.d_model, V = c.vocab_size, D = c.head_dim(), H = c.n_head, K = c.kv_heads(),
                 F = c.ffn_dim();
   using Init = ParamInfo::Init;  // Hugging Face: normal(0, 0.02) for every matrix, norms one
@@ -50,6 +50,11 @@ ParamTable llama_param_table(const ModelConfig& c) {
     t.add(p + "self_attn.q_proj.weight", {H * D, C}, Init::normal, q_rule);
     t.add(p + "self_attn.k_proj.weight", {K * D, C}, Init::normal, kv_rule);
     t.add(p + "self_attn.v_proj.weight", {K * D, C}, Init::normal, kv_rule);
+    if (qkv_bias) {
+      t.add(p + "self_attn.q_proj.bias", {H * D}, Init::zeros, q_rule);
+      t.add(p + "self_attn.k_proj.bias", {K * D}, Init::zeros, kv_rule);
+      t.add(p + "self_attn.v_proj.bias", {K * D}, Init::zeros, kv_rule);
+    }
     t.add(p + "self_attn.o_proj.weight", {C, H * D}, Init::normal, o_rule);
     t.add(p + "post_attention_layernorm.weight", {C}, Init::ones);
     t.add(p + "mlp.gate_proj.weight", {F, C}, Init::normal, out_rows);
@@ -63,37 +68,37 @@ ParamTable llama_param_table(const ModelConfig& c) {
   return t;
 }
 
-ParamTable llama_stage_table(const ModelConfig& config, const StageRange& range) {
-  const ParamTable whole = llama_param_table(config);
-  const int first = range.embeddings() ? 0 : 1 + range.layer_begin;
-  const int last = range.head(config) ? config.n_layer + 1 : range.layer_end;
-  ParamTable t = whole.units(first, last);
-  if (range.head(config) && !range.embeddings() && config.tie_embeddings)
-    t.append(whole.find("model.embed_tokens.weight"));  // the tied LM head
-  t.finish();
-  return t;
-}
-
-LlamaParams::LlamaParams(const ParamTable& t, const StageRange& range, const ModelConfig& config)
-    : embed(t.try_find("model.embed_tokens.weight")),
-      norm(t.try_find("model.norm.weight")),
-      lm_head(config.tie_embeddings ? embed : t.try_find("lm_head.weight")),
-      layer_begin(range.layer_begin) {
-  // One GEMM reads q|k|v and one gate|up: they must be adjacent in the buffer.
+StageParams llama_stage_params(const ParamTable& t, const StageRange& range, const ModelConfig& config) {
+  StageParams p;
+  p.embed = t.try_find("model.embed_tokens.weight");
+  p.norm_w = t.try_find("model.norm.weight");
+  p.head = config.tie_embeddings ? p.embed : t.try_find("lm_head.weight");
+  p.layer_begin = range.layer_begin;
+  // One GEMM reads q|k|v (and one add their biases) and one gate|up: they must be adjacent in the buffer.
   auto adjacent = [](const ParamInfo* a, const ParamInfo* b) {
     ODY_CHECK(b->offset == a->offset + a->numel && b->unit == a->unit,
               "parameter table: {} does not follow {}", b->name, a->name);
   };
   for (int l = range.layer_begin; l < range.layer_end; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto at = [&](const char* name) { return &t.find(p + name); };
-    layers.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
-                      at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
-                      at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-                      at("mlp.gate_proj.weight"), at("mlp.up_proj.weight"), at("mlp.down_proj.weight")});
-    const LlamaLayerParams& lp = layers.back();
-    adjacent(lp.q, lp.k), adjacent(lp.k, lp.v), adjacent(lp.gate, lp.up);
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    auto at = [&](const char* name) { return &t.find(pre + name); };
+    BlockParamInfos b;
+    b.norm1_w = at("input_layernorm.weight");
+    b.qkv_w = at("self_attn.q_proj.weight");
+    adjacent(b.qkv_w, at("self_attn.k_proj.weight")),
+        adjacent(at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"));
+    b.qkv_b = t.try_find(pre + "self_attn.q_proj.bias");
+    if (b.qkv_b)
+      adjacent(b.qkv_b, at("self_attn.k_proj.bias")),
+          adjacent(at("self_attn.k_proj.bias"), at("self_attn.v_proj.bias"));
+    b.proj_w = at("self_attn.o_proj.weight");
+    b.norm2_w = at("post_attention_layernorm.weight");
+    b.up_w = at("mlp.gate_proj.weight");
+    adjacent(b.up_w, at("mlp.up_proj.weight"));
+    b.down_w = at("mlp.down_proj.weight");
+    p.layers.push_back(b);
   }
+  return p;
 }
 
 }  // namespace odyssey

@@ -10,6 +10,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 #include "odyssey/data/tokenizer.h"
+#include "odyssey/model/architecture.h"
 #include "odyssey/model/params.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/sequence_shard.h"
@@ -391,7 +392,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 }
 
 void RunConfig::validate(int world_size) const {
-  model.validate();
+  validate_model(model);
   const TrainConfig& t = train;
   ODY_CHECK(t.steps >= 0, "train.steps must be >= 0, got {}", t.steps);
   ODY_CHECK(t.global_batch > 0, "train.global_batch must be positive, got {}", t.global_batch);
