@@ -21,9 +21,10 @@ std::unique_ptr<Stage> make_llama(const ModelConfig& config, const StageRange& r
 }
 
 const Architecture kArchitectures[] = {
-    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token},
+    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
+     gpt2_stage_table},
     {"llama", validate_llama, llama_param_table, make_llama, init_parameter_range,
-     llama_training_flops_per_token},
+     llama_training_flops_per_token, llama_stage_table},
 };
 
 }  // namespace
