@@ -213,9 +213,8 @@ int main(int argc, char** argv) {
   int world_size = 0;
   train
       ->add_option("--world-size", world_size,
-                   "with --dry-run: the model state of the largest rank of a layout on this many ranks, "
-                   "computed without building it (one process)")
-      ->needs("--dry-run")
+                   "a dry run of a layout on this many ranks, sized without building it (one process): the "
+                   "model state of its largest rank")
       ->check(CLI::PositiveNumber);
 
   std::string checkpoint, data_path;

@@ -163,7 +163,7 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("data.train", std::string, data.train),
       ODY_KEY("data.val", std::string, data.val),
       ODY_KEY("data.shuffle", bool, data.shuffle),
-      ODY_KEY("data.tokenizer", std::string, data.tokenizer),
+      ODY_ENUM_KEY("data.tokenizer", data.tokenizer, kTokenizerKindNames),
       ODY_KEY("data.vocab_dir", std::string, data.vocab_dir),
       ODY_KEY("train.steps", int64_t, train.steps),
       ODY_KEY("train.global_batch", int, train.global_batch),
@@ -312,8 +312,6 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.gemm_gflops >= 0 && std::isfinite(t.gemm_gflops),
             "train.gemm_gflops must be a finite rate >= 0 (0 measures it), got {}", t.gemm_gflops);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
-  ODY_CHECK(is_tokenizer_name(data.tokenizer), "data.tokenizer: unknown tokenizer '{}' ({})", data.tokenizer,
-            kTokenizerNames);
 
   const ParallelConfig& p = parallel;
   for (auto [name, v] : {std::pair{"parallel.sp_ulysses", p.sp_ulysses},

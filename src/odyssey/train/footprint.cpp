@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "odyssey/core/error.h"
+#include "odyssey/core/tensor_view.h"
 #include "odyssey/model/architecture.h"
 #include "odyssey/parallel/data_parallel.h"
 #include "odyssey/parallel/shard.h"
@@ -19,8 +20,9 @@ StateBytes engine_state_bytes(const ParamTable& table, const ZeroOptions& option
   const int64_t bucket_bytes = stage == 3 ? 0 : int64_t(options.bucket_mb * 1e6);
   const Partition part(table, build_buckets(table, bucket_bytes), sharded ? replicas : 1, sharded ? rank : 0,
                        comm_shard_align(options.comm));
-  const uint64_t f32 = sizeof(float), local = uint64_t(part.local_total()),
-                 padded = uint64_t(part.padded_total());
+  // fp32 master weights, gradients and moments (train.precision = fp32; bf16 will count its own).
+  const uint64_t f32 = dtype_size(DType::f32), local = uint64_t(part.local_total());
+  const uint64_t padded = uint64_t(part.padded_total());
   StateBytes s;
   s.params = f32 * (stage == 3 ? local : padded);
   if ((stage == 1 || stage == 2) && options.comm.weights != WeightComm::none) s.params += f32 * local;
