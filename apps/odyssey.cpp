@@ -27,6 +27,7 @@
 #include "odyssey/train/batch_loader.h"
 #include "odyssey/train/config.h"
 #include "odyssey/train/evaluate.h"
+#include "odyssey/train/footprint.h"
 #include "odyssey/train/generate.h"
 #include "odyssey/train/host_info.h"
 #include "odyssey/train/trainer.h"
@@ -47,8 +48,26 @@ std::unique_ptr<Stage> load_model(const std::string& path, CheckpointState* stat
 }
 
 // Runs on every rank of the job (under mpirun); only rank 0 prints the result.
-int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides, bool dry_run) {
+int cmd_train(const std::string& config_path, const std::vector<std::string>& overrides, bool dry_run,
+              int world_size) {
   RunConfig config = load_run_config(config_path, overrides);
+  if (world_size > 0) {
+    // A layout of world_size ranks, sized without building it (train/footprint.h): one process.
+    if (world().rank() != 0) return 0;
+    config.validate(world_size);
+    Timer timer;
+    const StateBytes s = max_rank_state_bytes(config, world_size);
+    std::cout << nlohmann::json{{"dry_run", true},
+                                {"world_size", world_size},
+                                {"largest_rank_state_bytes", s.total()},
+                                {"params_bytes", s.params},
+                                {"grads_bytes", s.grads},
+                                {"optimizer_bytes", s.optimizer},
+                                {"seconds", timer.seconds()}}
+                     .dump()
+              << std::endl;
+    return 0;
+  }
   TrainResult r = run_training(config, world(), dry_run);
   if (world().rank() != 0) return 0;
   if (dry_run) {
@@ -279,6 +298,12 @@ int main(int argc, char** argv) {
   train->add_flag(
       "--dry-run", dry_run,
       "build the layout, check the data and the memory per rank, print them and exit (writes nothing)");
+  int world_size = 0;
+  train
+      ->add_option("--world-size", world_size,
+                   "a dry run of a layout on this many ranks, sized without building it (one process): the "
+                   "model state of its largest rank")
+      ->check(CLI::PositiveNumber);
 
   std::string checkpoint, data_path;
   int eval_batch = 8, eval_seq_len = 0;
@@ -366,7 +391,8 @@ int main(int argc, char** argv) {
   try {
     // Training is the multi-rank command: the MPI runtime ends every rank on an error on any.
     if (*train)
-      return run_main(argc, argv, [&](int, char**) { return cmd_train(config_path, overrides, dry_run); });
+      return run_main(argc, argv,
+                      [&](int, char**) { return cmd_train(config_path, overrides, dry_run, world_size); });
     if (*eval) return cmd_eval(checkpoint, data_path, eval_batch, eval_rows, eval_seq_len);
     if (*gen) {
       sampling.use_kv_cache = !no_kv_cache;

@@ -87,7 +87,7 @@ tensor parallel|parallel.tp \(2\)|"\${T[@]}" --set parallel.tp=2
 unknown gradient format|comm.grads: unknown .*'int3'|"\${T[@]}" --set comm.grads=int3
 negative checkpoint interval|checkpoint.every must be >= 0, got -1|"\${T[@]}" --set checkpoint.every=-1
 negative keep|checkpoint.keep must be >= 0, got -1|"\${T[@]}" --set checkpoint.keep=-1
-unknown tokenizer key|data.tokenizer: unknown tokenizer 'wordpiece'|"\${T[@]}" --set data.tokenizer=wordpiece
+unknown tokenizer key|data.tokenizer: unknown value 'wordpiece'|"\${T[@]}" --set data.tokenizer=wordpiece
 zero layers|model.n_layer must be positive, got 0|"\${T[@]}" --set model.n_layer=0
 zero vocabulary|model.vocab_size must be positive, got 0|"\${T[@]}" --set model.vocab_size=0
 unknown architecture|model.arch: unknown architecture 'bert'|"\${T[@]}" --set model.arch=bert

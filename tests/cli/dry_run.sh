@@ -62,4 +62,20 @@ expect_error "training over the budget" "does not fit on this host: 2 rank\(s\)"
   mpirun -np 2 --oversubscribe "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" \
   --set parallel.sp_ring=2 --set train.host_memory_gb=0.003 --set memory.checkpoint=none
 [ -e "$WORK/run" ] && fail "a refused run wrote $WORK/run"
+
+# --world-size N: a layout of N ranks sized in one process without building it (train/footprint.h): a
+# 1,024-rank 70B Llama (dp 8 x tp 8 x pp 4 x Ulysses 4); the model state of its largest rank, ZeRO-1:
+# full weights and gradients of its piece plus a 1/32 gradient shard, moments of that shard.
+llama70b=(--set model.arch=llama --set model.n_layer=80 --set model.n_head=64 --set model.n_kv_head=8
+  --set model.d_model=8192 --set model.d_ff=28672 --set model.seq_len=8192 --set model.vocab_size=128256
+  --set model.tie_embeddings=false --set train.seq_len=0 --set train.global_batch=64 --set train.micro_batch=1
+  --set parallel.tp=8 --set parallel.pp=4 --set parallel.sp_ulysses=4 --set parallel.zero_stage=1)
+out=$("$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" "${llama70b[@]}" --dry-run --world-size 1024) ||
+  fail "70B dry run at --world-size 1024: exit code"
+[ "$(field world_size <<<"$out")" = 1024 ] || fail "70B dry run: world_size in $out"
+params=$(field params_bytes <<<"$out") grads=$(field grads_bytes <<<"$out") moments=$(field optimizer_bytes <<<"$out")
+[ "$grads" = "$((params + moments / 2))" ] && [ "$params" -gt 7000000000 ] && [ "$params" -lt 11000000000 ] &&
+  echo "ok: 70B on 1,024 ranks sized in one process ($out)" || fail "70B dry run figures: $out"
+expect_error "a world the layout does not divide" "must equal the world size \\(1000\\)" \
+  "$ODYSSEY" train --config "$ROOT/configs/tiny.toml" "${args[@]}" "${llama70b[@]}" --dry-run --world-size 1000
 finish

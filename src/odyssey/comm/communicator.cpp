@@ -4,18 +4,6 @@
 
 namespace odyssey {
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::f32:
-      return 4;
-    case DType::i32:
-      return 4;
-    case DType::u8:
-      return 1;
-  }
-  fail("unknown dtype {}", static_cast<int>(t));
-}
-
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:

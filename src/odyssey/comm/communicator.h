@@ -15,11 +15,11 @@
 #include <vector>
 
 #include "odyssey/comm/comm_stats.h"
+#include "odyssey/core/tensor_view.h"
 
 namespace odyssey {
 
-enum class DType { f32, i32, u8 };
-size_t dtype_size(DType t);
+// DType, dtype_size: core/tensor_view.h (bf16 moves as 2-byte elements; no reduction sums it).
 
 // How all_reduce and reduce_scatter combine the ranks' values, elementwise (MPI_SUM, MPI_MAX,
 // MPI_MIN). Sum is the default; the bytes accounted do not depend on the operator.

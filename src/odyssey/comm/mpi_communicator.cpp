@@ -25,8 +25,16 @@ MPI_Datatype mpi_type(DType t) {
       return MPI_INT32_T;
     case DType::u8:
       return MPI_UINT8_T;
+    case DType::bf16:
+      return MPI_UINT16_T;  // moved as bits; reductions refuse it (reduction_type)
   }
   fail("unknown dtype {}", static_cast<int>(t));
+}
+
+// The type a reduction combines: bf16's bits would be summed as integers.
+MPI_Datatype reduction_type(DType t) {
+  ODY_CHECK(t != DType::bf16, "communicator: a reduction of bf16 elements (sum them as f32)");
+  return mpi_type(t);
 }
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -157,7 +165,7 @@ RequestPtr MpiCommunicator::all_reduce_async(void* data, size_t count, DType dty
   for (size_t off = 0; off == 0 || off < count; off += piece) {
     const int n = static_cast<int>(std::min(piece, count - off));
     MPI_Request* r = req->add();
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, mpi_type(dtype), mpi_op(op), comm_, r),
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, at(data, off, es), n, reduction_type(dtype), mpi_op(op), comm_, r),
               "MPI_Iallreduce");
     if (off + n < count) check_mpi(MPI_Wait(r, MPI_STATUS_IGNORE), "MPI_Wait");  // not the last piece
   }
@@ -171,7 +179,7 @@ void MpiCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp
 RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                                  ReduceOp op) {
   const size_t es = dtype_size(dtype);
-  const MPI_Datatype type = mpi_type(dtype);
+  const MPI_Datatype type = reduction_type(dtype);
   stats_->record(name_, CommKind::reduce_scatter, intra_node_,
                  bus_bytes(CommKind::reduce_scatter, size_ * count * es, size_), 0.0);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::reduce_scatter, intra_node_);

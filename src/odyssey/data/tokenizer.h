@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "odyssey/core/enum_names.h"
+
 namespace odyssey {
 
 class Tokenizer {
@@ -25,6 +27,14 @@ class Tokenizer {
 std::unique_ptr<Tokenizer> make_byte_tokenizer();
 
 inline constexpr const char* kTokenizerNames = "bytes, gpt2, cl100k_base, o200k_base or llama3";
+// The same choices as a config key's enum (data.tokenizer); make_tokenizer takes its name.
+enum class TokenizerKind { bytes, gpt2, cl100k_base, o200k_base, llama3 };
+inline constexpr EnumNames<TokenizerKind, 5> kTokenizerKindNames = {
+    {{"bytes", TokenizerKind::bytes},
+     {"gpt2", TokenizerKind::gpt2},
+     {"cl100k_base", TokenizerKind::cl100k_base},
+     {"o200k_base", TokenizerKind::o200k_base},
+     {"llama3", TokenizerKind::llama3}}};
 
 // True for the names of kTokenizerNames.
 bool is_tokenizer_name(const std::string& name);

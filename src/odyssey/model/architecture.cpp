@@ -28,15 +28,31 @@ ParamTable llama_table(const ModelConfig& config) {
   return llama_param_table(config);
 }
 
+// The stage tables as the stages cut them (gpt2.cpp, llama.cpp), with nothing built.
+ParamTable gpt2_stage_table(const ModelConfig& c, const StageRange& range) {
+  return stage_param_table(gpt2_param_table(c), c, range.resolved(c), "wte");
+}
+const char* llama_tied_head(const ModelConfig& c) {
+  return c.tie_embeddings ? "model.embed_tokens.weight" : nullptr;
+}
+ParamTable llama_stage_table(const ModelConfig& c, const StageRange& range) {
+  return stage_param_table(llama_param_table(c), c, range.resolved(c), llama_tied_head(c));
+}
+ParamTable qwen2_stage_table(const ModelConfig& c, const StageRange& range) {
+  return stage_param_table(qwen2_param_table(c), c, range.resolved(c), llama_tied_head(c));
+}
+
 // Qwen2's biases are not matrices: its FLOPs are Llama's.
 double llama_flops(const ModelConfig& config, int T) {
   return block_training_flops_per_token(llama_block(), config, T);
 }
 
 const Architecture kArchitectures[] = {
-    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token},
-    {"llama", validate_llama, llama_table, make_llama, init_parameter_range, llama_flops},
-    {"qwen2", validate_llama, qwen2_param_table, make_qwen2, init_parameter_range, llama_flops},
+    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
+     gpt2_stage_table},
+    {"llama", validate_llama, llama_table, make_llama, init_parameter_range, llama_flops, llama_stage_table},
+    {"qwen2", validate_llama, qwen2_param_table, make_qwen2, init_parameter_range, llama_flops,
+     qwen2_stage_table},
 };
 
 }  // namespace

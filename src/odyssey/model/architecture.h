@@ -31,6 +31,9 @@ struct Architecture {
   double (*training_flops_per_token)(const ModelConfig& config, int T);
   // (Its Hugging Face adapter is registered beside the others in checkpoint/hf_adapter.h, a layer
   // above the model.)
+  // The parameter table of a stage holding the layers of a resolved range, as make_stage builds it, with
+  // nothing built (the footprint, train/footprint.h).
+  ParamTable (*stage_table)(const ModelConfig& config, const StageRange& range);
 };
 
 // The registered architecture called name; fails naming model.arch and the known ones.

@@ -158,7 +158,9 @@ Key make_int_list_key(Get field) {
 const std::map<std::string, Key>& keys() {
   static const std::map<std::string, Key> table = {
       ODY_KEY("model.arch", std::string, model.arch,
-              "architecture: `gpt2` (Hugging Face GPT2LMHeadModel exactly) or `llama` (LlamaForCausalLM)"),
+              "architecture: `gpt2` (Hugging Face GPT2LMHeadModel exactly), `llama` (LlamaForCausalLM) or "
+              "`qwen2` "
+              "(Qwen2ForCausalLM: Llama's block with q, k, v biases)"),
       ODY_KEY("model.n_layer", int, model.n_layer, "transformer layers"),
       ODY_KEY("model.n_head", int, model.n_head, "attention (query) heads; `d_model` must divide by it"),
       ODY_KEY("model.d_model", int, model.d_model, "width of the residual stream"),
@@ -195,9 +197,9 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("data.shuffle", bool, data.shuffle,
               "false: row i is tokens [i*T, i*T+T] of the data, as llm.c reads them; true: the same windows "
               "in a seeded order per epoch"),
-      ODY_KEY("data.tokenizer", std::string, data.tokenizer,
-              "the tokenizer `generate` encodes prompts and decodes samples with: `bytes`, `gpt2`, "
-              "`cl100k_base`, `o200k_base`, `llama3`"),
+      ODY_ENUM_KEY("data.tokenizer", data.tokenizer, kTokenizerKindNames,
+                   "the tokenizer `generate` encodes prompts and decodes samples with: `bytes`, `gpt2`, "
+                   "`cl100k_base`, `o200k_base`, `llama3`"),
       ODY_KEY("data.vocab_dir", std::string, data.vocab_dir,
               "the tokenizer's files (empty: `$ODYSSEY_CACHE/<tokenizer>`)"),
       ODY_KEY("train.steps", int64_t, train.steps,
@@ -419,8 +421,6 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.gemm_gflops >= 0 && std::isfinite(t.gemm_gflops),
             "train.gemm_gflops must be a finite rate >= 0 (0: the hardware peak), got {}", t.gemm_gflops);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
-  ODY_CHECK(is_tokenizer_name(data.tokenizer), "data.tokenizer: unknown tokenizer '{}' ({})", data.tokenizer,
-            kTokenizerNames);
 
   const ParallelConfig& p = parallel;
   for (auto [name, v] : {std::pair{"parallel.sp_ulysses", p.sp_ulysses},

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/data/tokenizer.h"
 #include "odyssey/model/config.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/optim/schedule.h"
@@ -37,8 +38,8 @@ struct DataConfig {
   std::string train;  // token shard file or glob
   std::string val;    // optional
   bool shuffle = false;
-  std::string tokenizer = "bytes";  // how to decode samples (data/tokenizer.h: kTokenizerNames)
-  std::string vocab_dir;            // encoder.json + vocab.bpe for gpt2
+  TokenizerKind tokenizer = TokenizerKind::bytes;  // how to decode samples (data/tokenizer.h)
+  std::string vocab_dir;                           // encoder.json + vocab.bpe for gpt2
 };
 
 struct TrainConfig {

@@ -27,14 +27,7 @@ PipelineSchedule pipeline_schedule(const RunConfig& c) {
 }
 
 ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
-  ZeroOptions zo;
-  zo.stage = config.parallel.zero_stage;
-  zo.bucket_mb = config.parallel.bucket_mb;
-  zo.comm.weights = config.comm.weights;
-  zo.comm.grads = config.comm.grads;
-  zo.comm.hpz = config.comm.hpz;
-  zo.comm.grad_pipeline = config.comm.grad_pipeline;
-  zo.comm.seed = config.train.seed;
+  ZeroOptions zo = zero_options(config);
   // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
   const std::vector<int>& node = grid.members(GridGroup::intra_node);
   int local = 0;

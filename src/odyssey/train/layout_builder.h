@@ -26,6 +26,7 @@
 #include "odyssey/parallel/vocab_parallel.h"
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/config.h"
+#include "odyssey/train/footprint.h"
 #include "odyssey/train/offload_directory.h"
 #include "odyssey/train/train_step.h"
 
@@ -76,6 +77,10 @@ struct Layout {
   Communicator& dp() { return grid.dp(); }
   Communicator& replicas() { return grid.dp_sp(); }  // the ranks holding disjoint tokens of a step
   bool root() const { return world.rank() == 0; }
+  // This rank's place in the layout, as the footprint takes it (train/footprint.h).
+  RankPlace place() {
+    return RankPlace{grid.coords().pp, grid.coords().tp, replicas().rank(), replicas().size()};
+  }
   // The stages' memory options under a policy; the disk tier's files go to this rank's own directory
   // once it exists (start_offload), memory.offload_dir until then (only sized, never written).
   MemoryOptions memory_options(CheckpointPolicy checkpoint) const;

@@ -6,6 +6,7 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/model/deferred_weight_grads.h"
+#include "odyssey/train/footprint.h"
 
 namespace odyssey {
 
@@ -14,11 +15,9 @@ HostMemoryNeed plan_memory(Layout& layout, uint64_t host_available, bool dry_run
   const TrainConfig& tc = config.train;
   HostMemoryNeed need;
   if (tc.steps == 0 && !dry_run) return need;
-  uint64_t state_bytes = layout.reduction_transient_bytes();
-  for (auto& engine : layout.engines) {
-    const MemoryReport state = engine->memory();
-    state_bytes += state.params + state.grads + state.optimizer + state.comm_buffers;
-  }
+  uint64_t state_bytes =
+      rank_state_bytes(config, layout.place()).total() + layout.reduction_transient_bytes();
+  for (auto& engine : layout.engines) state_bytes += engine->memory().comm_buffers;
   // A pipeline rank holds the activations of its schedule's peak in-flight micro-batch stages (one
   // stage: one micro-batch).
   const int in_flight =

@@ -1,7 +1,8 @@
-// The start-up memory check of a built layout: what each rank needs (its model state, the activations
-// of its pipeline's peak in-flight micro-batches under a memory.checkpoint policy, the disk tier's
-// files), checked against the host before any activation is allocated. memory.checkpoint = auto picks
-// the first policy that fits, in order of speed (none, cheap, keep_attention, full).
+// The start-up memory check of a built layout: what each rank needs (its model state from the
+// footprint, train/footprint.h; its engines' buffers; the activations of its pipeline's peak in-flight
+// micro-batches under a memory.checkpoint policy and the disk tier's files, sized from the built
+// stages), checked against the host before any activation is allocated. memory.checkpoint = auto
+// picks the first policy that fits, in order of speed (none, cheap, keep_attention, full).
 #pragma once
 
 #include <cstdint>

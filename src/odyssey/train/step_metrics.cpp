@@ -9,17 +9,18 @@
 #include <fmt/format.h>
 
 #include "odyssey/kernels/gemm.h"
+#include "odyssey/train/footprint.h"
 
 namespace odyssey {
 
-MemoryReport live_memory(const Layout& layout) {
+MemoryReport live_memory(Layout& layout) {
+  // The state from the footprint (what the engines allocate, train/footprint.h); the buffers' peaks
+  // as the engines measured them.
+  const StateBytes state = rank_state_bytes(layout.config, layout.place());
   MemoryReport memory;
+  memory.params = state.params, memory.grads = state.grads, memory.optimizer = state.optimizer;
   memory.comm_buffers = layout.reduction_transient_bytes();
-  for (const auto& engine : layout.engines) {
-    const MemoryReport m = engine->memory();
-    memory.params += m.params, memory.grads += m.grads, memory.optimizer += m.optimizer;
-    memory.comm_buffers += m.comm_buffers;
-  }
+  for (const auto& engine : layout.engines) memory.comm_buffers += engine->memory().comm_buffers;
   // The GEMMs' padded-B scratch (kernels/gemm.h): a working buffer of the layers, counted with their
   // activations. The widest B is a linear layer's input: the MLP's hidden size or the model's width.
   const ModelConfig& mc = layout.config.model;

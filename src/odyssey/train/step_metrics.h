@@ -42,7 +42,7 @@ struct StepFigures {
 
 // What this rank holds (its engines' state and comm buffers, the activations of its pipeline's peak,
 // the attention op's, the GEMMs' scratch) and what its engines sent, summed over its stages.
-MemoryReport live_memory(const Layout& layout);
+MemoryReport live_memory(Layout& layout);
 CommTraffic engines_traffic(const Layout& layout);
 
 // Peak resident set size of this process and the largest over all ranks (collective).

@@ -42,12 +42,13 @@ StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, 
                       Communicator& loss_group, const StepSettings& settings, int64_t step, float lr,
                       OpObserver* observer = nullptr);
 
-// A pipeline rank's part of the step (parallel.pp > 1): its stages (model chunks), their engines, the
-// runner over them, and the tied embedding's copies.
+// A rank's part of the step, whatever the layout (train/layout_builder.h builds it; pp = 1 is a
+// one-stage pipeline): its stages (model chunks), their engines, the runner over them, and the tied
+// embedding's copies.
 struct PipelineStep {
   PipelineRunner* runner = nullptr;  // its engines set (set_engines)
   std::vector<ZeroEngine*> engines;  // per chunk
-  Communicator* pp = nullptr;        // the pipeline group
+  Communicator* pp = nullptr;        // the pipeline group (null with one pp rank)
   Communicator* embd = nullptr;      // the tied copies' group (null: no tied copy on this rank)
   std::vector<Range> tied;           // per chunk: the tied copy's dense range (empty: none)
   std::vector<Range> norm_skip;      // per chunk: left out of the norm (the last stage's tied copy)
@@ -55,9 +56,11 @@ struct PipelineStep {
   FloatBuffer scratch;               // the tied copies' sum, kept from step to step
 };
 
-// The same step through the pipeline: the step's micro-batches run by the runner's schedule (each
-// backward one micro-step of its chunk's engine), then the tied copies summed over embd, the loss over
-// loss_group and pp, the norm over every stage (engines_grad_norm), clipping and every engine's update.
+// The step the trainer runs: the step's micro-batches run by the runner's schedule (each backward one
+// micro-step of its chunk's engine), then the tied copies summed over embd, the loss over loss_group
+// and pp, the norm over every stage, clipping and every engine's update. The overload above is the
+// same sequence for one stage over caller-owned activations (the parity tests and bench_train drive
+// it; to be ported to this form).
 StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
                       const StepSettings& settings, int64_t step, float lr, OpObserver* observer = nullptr);
 

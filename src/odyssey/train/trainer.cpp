@@ -115,6 +115,44 @@ void log_dry_run(const HostMemoryNeed& need, int zero_stage, int micro_batch, ui
           : "");
 }
 
+// --dry-run: what the memory check found, logged on rank 0 and returned.
+TrainResult dry_run_result(Layout& layout, const HostMemoryNeed& need, const std::string& auto_note,
+                           uint64_t host_available) {
+  if (layout.root()) {
+    if (!auto_note.empty()) log_info("{}", auto_note);
+    if (layout.tp_overlap) log_info("{}", layout.domino_note());
+    log_dry_run(need, layout.config.parallel.zero_stage, layout.config.train.micro_batch, host_available);
+  }
+  TrainResult result;
+  result.memory = need;
+  result.host_available = host_available;
+  return result;
+}
+
+// Rank 0 claims the run directory (run_directory.h) and says what it found there.
+void claim_directory(const RunConfig& config, RunDirectoryLock& lock) {
+  const std::string note = claim_run_directory(config.checkpoint, config.metrics_path(), lock);
+  if (!note.empty()) log_info("{}", note);
+}
+
+// The step's micro-steps (the pipeline's micro-batches: global_batch / (micro_batch x dp)), each
+// token's loss weight (1 / the global batch's tokens) and the clipping norm.
+StepSettings step_settings(const Layout& layout) {
+  const TrainConfig& tc = layout.config.train;
+  StepSettings settings;
+  settings.micro_steps = layout.shape.m;
+  settings.dloss = 1.0f / float(int64_t(tc.global_batch) * layout.config.seq_len());
+  settings.grad_clip = tc.grad_clip;
+  return settings;
+}
+
+// Collective: whether any rank received a stop signal (all stop, and save, at the same step).
+bool any_rank_signalled(Communicator& world) {
+  int32_t stop = StopSignals::received();
+  world.all_reduce(&stop, 1, DType::i32);
+  return stop != 0;
+}
+
 // One step and its figures (collective: the traffic, peak RSS and pipeline figures are gathered after
 // the step's traffic is read, so they are not counted in it).
 StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings, const LrSchedule& schedule,
@@ -180,24 +218,13 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   std::string auto_note;
   const HostMemoryNeed need = plan_memory(layout, host_available, dry_run, &auto_note);
   RunData data(layout);
-  TrainResult result;
-  if (dry_run) {
-    if (root && !auto_note.empty()) log_info("{}", auto_note);
-    if (root && layout.tp_overlap) log_info("{}", layout.domino_note());
-    if (root) log_dry_run(need, config.parallel.zero_stage, tc.micro_batch, host_available);
-    result.memory = need;
-    result.host_available = host_available;
-    return result;
-  }
+  if (dry_run) return dry_run_result(layout, need, auto_note, host_available);
   layout.start_offload(need.offload_per_rank);
 
   // Resume: the run directory is this run's from here on (writable, locked, no other run's checkpoints):
   // rank 0 claims it, an error there ends every rank, and nobody looks for a checkpoint before it is done.
   RunDirectoryLock run_lock;
-  if (root) {
-    const std::string note = claim_run_directory(config.checkpoint, config.metrics_path(), run_lock);
-    if (!note.empty()) log_info("{}", note);
-  }
+  if (root) claim_directory(config, run_lock);
   world.barrier();
   const int64_t start_step = resume_or_init(layout);
   const LrSchedule schedule{tc.schedule, tc.lr, tc.min_lr, tc.warmup_steps, tc.steps};
@@ -208,18 +235,15 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   if (root) log_start(layout, auto_note, mfu.peak_gflops(), peak_note);
   std::unique_ptr<MetricsWriter> metrics;
   if (root) metrics = std::make_unique<MetricsWriter>(config.metrics_path(), start_step > 0);
-  StepSettings settings;
-  settings.micro_steps = layout.shape.m;
-  settings.dloss = 1.0f / float(int64_t(tc.global_batch) * config.seq_len());
-  settings.grad_clip = tc.grad_clip;
+  const StepSettings settings = step_settings(layout);
+  TrainResult result;
   result.steps = start_step;
   double total_tokens_per_s = 0;
   StopSignals stop_signals;
   const int64_t end_step = tc.exit_after > 0 ? std::min(tc.steps, start_step + tc.exit_after) : tc.steps;
   const Progress progress(start_step, end_step);
 
-  // Loop: step, record, evaluate, save; every rank learns whether any rank was signalled, so all stop
-  // (and save) at the same step.
+  // Loop: step, record, evaluate, save, and stop (saving) when any rank was signalled.
   for (int64_t step = start_step; step < end_step; ++step) {
     StepFigures f = run_step(layout, data, settings, schedule, step, flops_per_token, mfu);
     total_tokens_per_s += f.tokens_per_s();
@@ -234,9 +258,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     if (root) log_info("{}{}", step_line(f), progress.line(step + 1));
     if (config.checkpoint.every > 0 && (step + 1) % config.checkpoint.every == 0 && !last)
       save_run_checkpoint(layout, step + 1, schedule);
-    int32_t stop = StopSignals::received();
-    world.all_reduce(&stop, 1, DType::i32);
-    if (stop != 0 && !last) {
+    if (any_rank_signalled(world) && !last) {
       result.stopped_by_signal = true;
       if (root) log_info("stop signal received: saving step {} and exiting", step + 1);
       break;
