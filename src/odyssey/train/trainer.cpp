@@ -752,6 +752,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
       record["pipeline"] = pipeline_record;
       record["pp_wait_ms"] = pipeline_record["wait_ms"];  // the spec's name (§9), per pp rank
     }
+    result.last_record = record;
     const bool last = step + 1 == end_step;
     const bool eval_now = run.val_data && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) {
