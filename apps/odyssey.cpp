@@ -85,8 +85,8 @@ int cmd_eval(const std::string& checkpoint, const std::string& data, int batch, 
   BatchLoader loader(dataset, batch, batch, 0, 1, SequenceShard{});
   SingleCommunicator single("eval");
   Timer timer;
-  auto acts = model->make_activations();
-  double loss = evaluate_distributed(*model, *acts, loader, uint64_t(rows), 0, 1, single);
+  PipelineRunner runner(single, {model.get()}, PipelineShape{}, PipelineSchedule::one_f_one_b);
+  double loss = evaluate(runner, loader, uint64_t(rows), 0, 1, single, nullptr);
   std::cout << nlohmann::json{{"loss", loss},
                               {"rows", rows},
                               {"tokens", rows * T},

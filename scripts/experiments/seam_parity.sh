@@ -68,5 +68,16 @@ run qwd_tlqhs 4 --set train.global_batch=8 --set train.micro_batch=1 --set paral
 run resume 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 --set train.exit_after=3 &&
   run resume 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 --set checkpoint.resume=true &&
   record resume
+# Issue 37 (one layout builder, pp = 1 a one-stage pipeline): the pipeline, tensor parallelism, ZeRO-2
+# over several micro-steps and the recomputing memory modes, each against main's numbers.
+run dp2_zero2 2 --set train.global_batch=8 --set train.micro_batch=2 --set parallel.zero_stage=2 && record dp2_zero2
+run memory_full 1 --set memory.checkpoint=full --set memory.chunk_tokens=8 --set memory.head_chunk_tokens=16 &&
+  record memory_full
+run pp2_1f1b 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.pp=2 && record pp2_1f1b
+run pp2x2_interleaved 4 --set model.n_layer=4 --set train.global_batch=8 --set train.micro_batch=1 \
+  --set parallel.pp=2 --set parallel.pp_virtual=2 --set parallel.pp_schedule=interleaved --set parallel.zero_stage=1 &&
+  record pp2x2_interleaved
+run tp2_zero1 2 --set model.n_head=4 --set train.global_batch=4 --set train.micro_batch=2 --set parallel.tp=2 \
+  --set parallel.zero_stage=1 && record tp2_zero1
 if [ $failures -ne 0 ]; then echo "$failures run(s) failed or differ"; exit 1; fi
 echo "all runs ${mode}ed"

@@ -54,6 +54,19 @@ void PipelineRunner::release(int chunk, int mb) {
   in_flight_.erase(it);
 }
 
+OffloadStats PipelineRunner::offload() const {
+  OffloadStats total;
+  auto add = [&](const InFlight& s) {
+    const OffloadStats o = s.acts->offload();
+    total.bytes_written += o.bytes_written, total.bytes_read += o.bytes_read;
+    total.stall_seconds += o.stall_seconds, total.bytes_read_late += o.bytes_read_late;
+  };
+  for (const auto& pool : free_)
+    for (const auto& s : pool) add(*s);
+  for (const auto& [key, s] : in_flight_) add(*s);
+  return total;
+}
+
 void PipelineRunner::add_compute(PipeAction::Kind kind, double seconds) {
   compute_s_ += seconds;
   compute_by_kind_[size_t(kind)] += seconds;
@@ -86,18 +99,22 @@ void PipelineRunner::forward(int stage_index, const PipelineMicroBatch& mb, floa
     wait_s_ += wait.seconds();
     f.acts->input = f.input.data();
   }
+  // The forward and its loss are the engine's traffic of the micro-batch as its backward is (ZeRO-3's
+  // unit gathers), though they run outside its micro-step.
+  ZeroEngine* engine = engines_.empty() ? nullptr : engines_[size_t(chunk)];
   Timer compute;
+  if (engine) engine->begin_forward();
   stage.forward(*f.acts, mb.inputs, mb.targets, mb.positions, mb.B, mb.T);
-  if (stage_index + 1 < S) {
-    add_compute(PipeAction::forward, compute.seconds());
-    f.send =
-        pp_.send_async(f.acts->output(), hidden, DType::f32, (stage_index + 1) % P, p2p_tag::pp_activation);
-  } else {
+  if (stage_index + 1 == S) {
     int64_t n = 0;
     *loss += stage.loss(*f.acts, dloss, &n);
     *counted += n;
-    add_compute(PipeAction::forward, compute.seconds());
   }
+  if (engine) engine->end_forward();
+  add_compute(PipeAction::forward, compute.seconds());
+  if (stage_index + 1 < S)
+    f.send =
+        pp_.send_async(f.acts->output(), hidden, DType::f32, (stage_index + 1) % P, p2p_tag::pp_activation);
   track_in_flight();
 }
 

@@ -76,6 +76,8 @@ class PipelineRunner {
   int peak_in_flight() const { return peak_in_flight_; }
   size_t peak_activation_bytes() const { return peak_bytes_; }
   const std::vector<PipeAction>& actions() const { return actions_; }
+  // The disk tier's traffic so far of every activation set the runner keeps (memory.tier = disk).
+  OffloadStats offload() const;
 
  private:
   struct InFlight {

@@ -8,6 +8,7 @@
 #include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/kernels/elementwise.h"
 #include "odyssey/model/fused_qkv.h"
 #include "odyssey/parallel/lse_merge.h"
 
@@ -87,11 +88,6 @@ void zero_kv(MutHeadsView dk, MutHeadsView dv, int B, int T, int Hkv, int D) {
     }
 }
 
-void add(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
 }  // namespace
 
 RingAttention::RingAttention(Communicator& ring, RingOptions options, int n_kv_head)
@@ -101,12 +97,7 @@ RingAttention::RingAttention(Communicator& ring, RingOptions options, int n_kv_h
 }
 
 std::vector<RingAttention::Segment> RingAttention::segments(int rank, int Tl) const {
-  const int P = ring_.size();
-  if (options_.layout == RingLayout::zigzag && P > 1) {
-    const int c = Tl / 2;
-    return {{int64_t(rank) * c, 0, c}, {int64_t(2 * P - 1 - rank) * c, c, c}};
-  }
-  return {{int64_t(rank) * Tl, 0, Tl}};
+  return ring_runs(options_.layout, ring_.size(), rank, Tl);
 }
 
 void RingAttention::check_dims(const AttentionDims& d) const {
@@ -285,7 +276,7 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
       // Add the accumulator that arrived for block src and pass it on towards src.
       if (s > 0) {
         finish(dkv_recv, times_);  // (already complete without overlap)
-        add(acc, dkv_in_.data(), kv_n);
+        accumulate(acc, dkv_in_.data(), size_t(kv_n));
       }
       dkv_recv = ring_.recv_async(dkv_in_.data(), size_t(kv_n), DType::f32, prev, p2p_tag::ring_dkv);
       dkv_send[s % 2] = ring_.send_async(acc, size_t(kv_n), DType::f32, next, p2p_tag::ring_dkv);

@@ -83,10 +83,7 @@ class RingAttention : public AttentionOp {
   void reset_times() { times_ = {}; }
 
   // A run of a rank's tokens: global position of the first, first local row, length.
-  struct Segment {
-    int64_t start;
-    int offset, len;
-  };
+  using Segment = RingRun;  // (sequence_shard.h)
   // The segments of ring rank `rank` holding Tl tokens: one (contiguous) or two (zigzag).
   std::vector<Segment> segments(int rank, int Tl) const;
 

@@ -6,6 +6,14 @@
 
 namespace odyssey {
 
+std::vector<RingRun> ring_runs(RingLayout layout, int R, int r, int Tr) {
+  if (layout == RingLayout::zigzag && R > 1) {
+    const int c = Tr / 2;
+    return {{int64_t(r) * c, 0, c}, {int64_t(2 * R - 1 - r) * c, c, c}};
+  }
+  return {{int64_t(r) * Tr, 0, Tr}};
+}
+
 void check_sequence_shard(int T, const SequenceShard& s) {
   ODY_CHECK(s.ulysses >= 1 && s.ring >= 1,
             "sequence parallel sizes must be positive (sp_ulysses={}, sp_ring={})", s.ulysses, s.ring);
@@ -30,15 +38,8 @@ std::vector<int> shard_positions(int T, const SequenceShard& s) {
   const int R = s.ring, U = s.ulysses, Tr = T / R;
   // The ring rank's tokens in local order.
   std::vector<int> ring_tokens(static_cast<size_t>(Tr));
-  if (s.layout == RingLayout::zigzag && R > 1) {
-    const int c = T / (2 * R), first = s.ring_rank, second = 2 * R - 1 - s.ring_rank;
-    for (int i = 0; i < c; ++i) {
-      ring_tokens[size_t(i)] = first * c + i;
-      ring_tokens[size_t(c + i)] = second * c + i;
-    }
-  } else {
-    for (int i = 0; i < Tr; ++i) ring_tokens[size_t(i)] = s.ring_rank * Tr + i;
-  }
+  for (const RingRun& run : ring_runs(s.layout, R, s.ring_rank, Tr))
+    for (int i = 0; i < run.len; ++i) ring_tokens[size_t(run.offset + i)] = int(run.start) + i;
   const int Tl = Tr / U, c = s.chunk > 0 && s.chunk < Tl ? s.chunk : Tl;
   std::vector<int> mine(static_cast<size_t>(Tl));
   for (int k = 0; k * c < Tl; ++k) {

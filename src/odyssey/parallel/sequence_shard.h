@@ -40,6 +40,15 @@ struct SequenceShard {
   int ranks() const { return ulysses * ring; }
 };
 
+// The ring layout's rule, written once (the batch's slicing and ring attention's steps follow it): the
+// runs of a row's tokens that ring rank r of R holds, Tr of them, in local order: [r Tr, (r+1) Tr)
+// (contiguous, or R = 1), or under zigzag the chunks r and 2R-1-r of Tr / 2 tokens each.
+struct RingRun {
+  int64_t start;    // the run's first token in the row
+  int offset, len;  // its first token in the rank's local order, and its tokens
+};
+std::vector<RingRun> ring_runs(RingLayout layout, int R, int r, int Tr);
+
 // Fails (odyssey::Error) when a row of T tokens cannot be split this way.
 void check_sequence_shard(int T, const SequenceShard& s);
 

@@ -6,6 +6,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
+#include "odyssey/kernels/elementwise.h"
 #include "odyssey/model/fused_qkv.h"
 #include "odyssey/model/row_chunks.h"
 
@@ -14,10 +15,6 @@ namespace {
 
 void copy(float* dst, const float* src, int64_t n) {
   std::memcpy(dst, src, size_t(n) * sizeof(float));
-}
-
-void add(float* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 // Moves rows between the all-to-all's rank blocks and the full sequence: block i of `blocks`
@@ -182,11 +179,11 @@ void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*o
       for (int j = 0; j < U; ++j) {
         float* row = dqkv + (int64_t(b) * T + t) * in.width();
         const float* src = recv_.data() + j * qkv_block + (int64_t(b) * T + t) * W;
-        add(row + int64_t(heads.first_head(j)) * D, src, int64_t(Hl) * D);
-        add(row + in.k_offset() + int64_t(heads.first_kv_head(j)) * D, src + int64_t(Hl) * D,
-            int64_t(Hkvl) * D);
-        add(row + in.v_offset() + int64_t(heads.first_kv_head(j)) * D, src + int64_t(Hl + Hkvl) * D,
-            int64_t(Hkvl) * D);
+        accumulate(row + int64_t(heads.first_head(j)) * D, src, size_t(Hl) * D);
+        accumulate(row + in.k_offset() + int64_t(heads.first_kv_head(j)) * D, src + int64_t(Hl) * D,
+                   size_t(Hkvl) * D);
+        accumulate(row + in.v_offset() + int64_t(heads.first_kv_head(j)) * D, src + int64_t(Hl + Hkvl) * D,
+                   size_t(Hkvl) * D);
       }
 }
 
@@ -338,9 +335,9 @@ void UlyssesAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* d
       for (int q = 0; q < U; ++q) {
         float* row = dqkv + (int64_t(i) + t) * in.width();
         const float* src = recv_.data() + q * back_block + int64_t(t) * loc.width();
-        add(row + int64_t(heads.first_head(q)) * D, src, hw);
-        add(row + in.k_offset() + int64_t(heads.first_kv_head(q)) * D, src + hw, kw);
-        add(row + in.v_offset() + int64_t(heads.first_kv_head(q)) * D, src + hw + kw, kw);
+        accumulate(row + int64_t(heads.first_head(q)) * D, src, size_t(hw));
+        accumulate(row + in.k_offset() + int64_t(heads.first_kv_head(q)) * D, src + hw, size_t(kw));
+        accumulate(row + in.v_offset() + int64_t(heads.first_kv_head(q)) * D, src + hw + kw, size_t(kw));
       }
   });
 }

@@ -89,6 +89,10 @@ class ZeroEngine : public LayerHooks {
   void zero_grad();
   void begin_micro_step(bool last);
   void end_micro_step();
+  // A forward run outside its micro-step (a pipeline's F, between other micro-batches' backwards):
+  // what it sends (ZeRO-3's unit gathers) counts as the step's traffic as a micro-step's does.
+  void begin_forward() { forward_start_ = snapshot(); }
+  void end_forward() { add_traffic(forward_start_, true); }
   // This rank's gradients as a part of the global norm (parallel/reductions.h): the shard over dp
   // (stages >= 1) or the whole replicated buffer (stage 0). Valid after the last end_micro_step.
   GradNormPart grad_norm_part();
@@ -179,6 +183,7 @@ class ZeroEngine : public LayerHooks {
   uint32_t grad_round_ = 0, micro_ = 0;  // grad_round_: the optimizer step being computed (1-based)
   CommTraffic traffic_;
   Snapshot micro_start_{};
+  Snapshot forward_start_{};  // begin_forward
 };
 
 }  // namespace odyssey

@@ -6,24 +6,8 @@
 
 namespace odyssey {
 
-double evaluate_distributed(Stage& model, StageActivations& acts, BatchLoader& loader, uint64_t rows,
-                            int dp_rank, int dp_size, Communicator& dp_sp) {
-  const int B = loader.rows(), Tl = loader.local_len();
-  std::vector<int> inputs(size_t(B) * Tl), targets(size_t(B) * Tl);
-  LossSum local;
-  const uint64_t per_round = uint64_t(B) * uint64_t(dp_size);
-  for (uint64_t first = 0; first < rows; first += per_round) {
-    loader.load_rows(first + uint64_t(dp_rank) * uint64_t(B), rows, inputs.data(), targets.data());
-    int64_t n = 0;
-    model.forward(acts, inputs.data(), targets.data(), loader.positions(), B, Tl);
-    local.sum += model.loss(acts, 0.0f, &n);
-    local.count += n;
-  }
-  return global_mean_loss(dp_sp, local);
-}
-
-double evaluate_pipeline(PipelineRunner& runner, BatchLoader& loader, uint64_t rows, int dp_rank, int dp_size,
-                         Communicator& dp_sp, Communicator& pp) {
+double evaluate(PipelineRunner& runner, BatchLoader& loader, uint64_t rows, int dp_rank, int dp_size,
+                Communicator& dp_sp, Communicator* pp) {
   const int B = loader.rows(), Tl = loader.local_len();
   std::vector<int> inputs(size_t(B) * Tl), targets(size_t(B) * Tl);
   const uint64_t per_round = uint64_t(B) * uint64_t(dp_size);
@@ -40,7 +24,7 @@ double evaluate_pipeline(PipelineRunner& runner, BatchLoader& loader, uint64_t r
         return PipelineMicroBatch{inputs.data(), targets.data(), loader.positions(), B, Tl};
       },
       rounds, &local.count);
-  return global_mean_loss(dp_sp, local, &pp);
+  return global_mean_loss(dp_sp, local, pp);
 }
 
 }  // namespace odyssey

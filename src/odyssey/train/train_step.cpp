@@ -56,7 +56,7 @@ StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, 
 }
 
 StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
-                      const StepSettings& settings, int64_t step, float lr) {
+                      const StepSettings& settings, int64_t step, float lr, OpObserver* observer) {
   const int B = data.rows(), T = data.local_len(), m = settings.micro_steps;
   // Every stage sees the step's micro-batches (the first reads the tokens, the last the targets).
   std::vector<std::vector<int>> inputs(static_cast<size_t>(m)), targets(static_cast<size_t>(m));
@@ -65,7 +65,9 @@ StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss
     targets[size_t(micro)].resize(size_t(B) * size_t(T));
     data.load(step, micro, inputs[size_t(micro)].data(), targets[size_t(micro)].data());
   }
-  for (ZeroEngine* engine : pipe.engines) engine->zero_grad();
+  observed(observer, "memset.zero_grads", 0, [&] {
+    for (ZeroEngine* engine : pipe.engines) engine->zero_grad();
+  });
   LossSum local;
   local.sum = pipe.runner->run(
       [&](int j) {
@@ -74,7 +76,8 @@ StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss
       },
       settings.dloss, &local.count);
   for (size_t c = 0; c < pipe.engines.size(); ++c)
-    if (!pipe.tied[c].empty()) sum_tied_gradient(*pipe.engines[c], pipe.tied[c], *pipe.embd, pipe.scratch);
+    if (!pipe.tied[c].empty() && pipe.embd)
+      sum_tied_gradient(*pipe.engines[c], pipe.tied[c], *pipe.embd, pipe.scratch);
   // Per chunk: the tied copy and, under tensor parallelism, the replicated tensors on all tp ranks but one.
   std::vector<std::vector<Range>> skip(pipe.engines.size());
   for (size_t c = 0; c < pipe.engines.size(); ++c) {
@@ -87,11 +90,18 @@ StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss
   }
   StepResult r;
   r.loss = global_mean_loss(loss_group, local, pipe.pp);
-  r.grad_norm = engines_grad_norm(pipe.engines, skip, {pipe.pp, pipe.tp.empty() ? nullptr : pipe.tp[0].tp});
+  // The norm over every stage, run by run minus what is skipped; one stage without tensor parallelism
+  // skips nothing and sums its engine's part whole (the two groupings round differently: each layout
+  // keeps the numbers it always had).
+  Communicator* tp = pipe.tp.empty() ? nullptr : pipe.tp[0].tp;
+  observed(observer, "optim.grad_norm", 0, [&] {
+    r.grad_norm = pipe.pp || tp ? engines_grad_norm(pipe.engines, skip, {pipe.pp, tp})
+                                : global_grad_norm({pipe.engines.front()->grad_norm_part()});
+  });
   r.pp_wait_ms = pipe.runner->wait_seconds() * 1e3;
   r.pp_compute_ms = pipe.runner->compute_seconds() * 1e3;
   r.pp_run_ms = pipe.runner->run_seconds() * 1e3;
-  update(r, pipe.engines, settings, step, lr, nullptr);
+  update(r, pipe.engines, settings, step, lr, observer);
   return r;
 }
 

@@ -59,6 +59,6 @@ struct PipelineStep {
 // backward one micro-step of its chunk's engine), then the tied copies summed over embd, the loss over
 // loss_group and pp, the norm over every stage (engines_grad_norm), clipping and every engine's update.
 StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
-                      const StepSettings& settings, int64_t step, float lr);
+                      const StepSettings& settings, int64_t step, float lr, OpObserver* observer = nullptr);
 
 }  // namespace odyssey
