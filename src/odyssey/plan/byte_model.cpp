@@ -70,6 +70,7 @@ struct Emitter {
     std::sort(nodes.begin(), nodes.end());
     r.group_nodes = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
     r.intra = g.intra;
+    r.node_ranks = layout.ranks_per_node();
     r.count = count;
     r.dtype = dtype;
     r.purpose = purpose;
@@ -191,9 +192,11 @@ class ZeroModel {
       if (comm_.weights == WeightComm::none)
         e_.add("step", -1, "bucket " + std::to_string(s), CommKind::all_gather, dp_, S, weight_dtype_,
                CommPurpose::weights);
-      else
+      else {
         e_.add("step", -1, "bucket " + std::to_string(s), CommKind::all_gather, dp_,
                wire_record(weight_format_, S), "u8", CommPurpose::weights);
+        e_.out.back().quantized_elements = S * uint64_t(dp_.size() + 1);  // encode mine, decode all
+      }
     }
   }
 
@@ -219,10 +222,11 @@ class ZeroModel {
         secondary ? uint64_t(seg.layout.padded) / uint64_t(intra_.size()) : uint64_t(seg.layout.shard);
     const std::string what = "unit " + std::to_string(unit);
     const char* phase = forward ? "fwd" : "bwd";
-    if (comm_.weights != WeightComm::none)
+    if (comm_.weights != WeightComm::none) {
       e_.add(phase, micro_, what, CommKind::all_gather, g, wire_record(weight_format_, count), "u8",
              CommPurpose::zero3_gather);
-    else
+      e_.out.back().quantized_elements = count * uint64_t(g.size() + 1);
+    } else
       e_.add(phase, micro_, what, CommKind::all_gather, g, count, weight_dtype_, CommPurpose::zero3_gather);
   }
   // GradSync::launch: all-reduce (stage 0), reduce-scatter, or the compressed reduce-scatter.
@@ -239,6 +243,7 @@ class ZeroModel {
       // one_level_reduce_scatter: one all-to-all of P encoded blocks.
       e_.add("bwd", micro_, what, CommKind::all_to_all, dp_, wire_record(grad_intra_format_, S), "u8",
              CommPurpose::grads);
+      e_.out.back().quantized_elements = 2 * S * uint64_t(dp_.size());  // encode P blocks, decode P
     } else {
       two_level(what, S);
     }
@@ -255,12 +260,17 @@ class ZeroModel {
     for (size_t begin = 0; begin < S; begin += len) n.push_back(std::min<size_t>(len, S - begin));
     const size_t K = n.size();
     for (size_t k = 0; k < K + 2; ++k) {
-      if (k < K)
+      const uint64_t P = uint64_t(dp_.size());
+      if (k < K) {
         e_.add("bwd", micro_, what + " slice " + std::to_string(k), CommKind::all_to_all, intra_,
                N * wire_record(grad_intra_format_, n[k]), "u8", CommPurpose::grads);
-      if (k >= 1 && k - 1 < K)
+        e_.out.back().quantized_elements = 2 * P * n[k];  // encode P blocks, decode D x N and re-encode N
+      }
+      if (k >= 1 && k - 1 < K) {
         e_.add("bwd", micro_, what + " slice " + std::to_string(k - 1), CommKind::all_to_all, inter_,
                wire_record(grad_inter_format_, n[k - 1]), "u8", CommPurpose::grads);
+        e_.out.back().quantized_elements = (N + 1) * n[k - 1];  // re-encoded above; decode N partial sums
+      }
     }
   }
 

@@ -34,6 +34,8 @@ struct CommRecord {
   uint64_t bus_bytes = 0;  // per rank, nccl-tests convention
   CommPurpose purpose = CommPurpose::scalars;
   bool formula = false;  // from planner.md §5.3's closed forms, not the engine's own sizing (TP, PP)
+  int node_ranks = 1;    // ranks per node of the layout: the copies of this call sharing a node's NIC
+  uint64_t quantized_elements = 0;  // fp32 elements this rank encodes or decodes for the call
 };
 
 // The step's records of world rank `rank`, in issue order. exact: fails naming what the model does not

@@ -146,9 +146,9 @@ std::string plan_table(const nlohmann::json& p) {
                    t["compute_bwd_s"].get<double>(), t["recompute_s"].get<double>());
   for (const auto& [cls, v] : t["comm_exposed_s"].items())
     s += fmt::format(" + {} {:.4g}", cls, v.get<double>());
-  s += fmt::format(" + slowdown {:.4g} + bubble {:.4g} + optimizer {:.4g}\n",
-                   t["compute_slowdown_s"].get<double>(), t["bubble_s"].get<double>(),
-                   t["optimizer_s"].get<double>());
+  s += fmt::format(" + slowdown {:.4g} + quantize {:.4g} + bubble {:.4g} + optimizer {:.4g}\n",
+                   t["compute_slowdown_s"].get<double>(), t["quantize_s"].get<double>(),
+                   t["bubble_s"].get<double>(), t["optimizer_s"].get<double>());
   s += fmt::format("tokens/s {:.4g}, MFU {:.3f}\n", t["tokens_per_s"].get<double>(), t["mfu"].get<double>());
   return s;
 }

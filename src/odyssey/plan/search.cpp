@@ -73,8 +73,8 @@ int checkpoint_rank(CheckpointPolicy p) {
 std::string grown_term(const nlohmann::json& a, const nlohmann::json& b) {
   std::map<std::string, double> ta, tb;
   auto collect = [](const nlohmann::json& t, std::map<std::string, double>& out) {
-    for (const char* k :
-         {"compute_fwd_s", "compute_bwd_s", "recompute_s", "bubble_s", "optimizer_s", "compute_slowdown_s"})
+    for (const char* k : {"compute_fwd_s", "compute_bwd_s", "recompute_s", "bubble_s", "optimizer_s",
+                          "compute_slowdown_s", "quantize_s"})
       out[k] = t.value(k, 0.0);
     for (const auto& [k, v] : t["comm_exposed_s"].items()) out["comm." + k] = v.get<double>();
   };

@@ -131,7 +131,8 @@ Crossing crossing_bytes(const CommRecord& r) {
   }
   if (n > 1 && B > 0) {
     // A ring's inter-node hop per node carries one rank's bus bytes; a flat all-to-all loads each node's
-    // NIC with g (P - g) / P of a rank's buffer (pitfall 1); a send crosses once.
+    // NIC with g (P - g) / P of a rank's buffer (pitfall 1); a send crosses once. Every rank of the node
+    // runs its own copy of the call at once (node_ranks / g groups through the same NIC).
     if (r.kind == CommKind::all_to_all) {
       const double buffer = B * P / double(P - 1);
       x.inter_per_node = g * double(P - g) / P * buffer;
@@ -141,6 +142,7 @@ Crossing crossing_bytes(const CommRecord& r) {
     } else {
       x.inter_per_node = B;
     }
+    x.inter_per_node *= double(std::max(1, r.node_ranks / g));
   }
   return x;
 }
@@ -247,8 +249,9 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
   std::map<int, std::string> last_bucket;
   std::map<int, std::pair<double, double>> first_gather;  // micro -> (first fwd, first bwd) seconds
   std::map<int, std::pair<bool, bool>> seen_gather;
-  double twolevel_intra = 0, twolevel_inter = 0;
+  double twolevel_intra = 0, twolevel_inter = 0, quantized = 0;
   for (const CommRecord& r : records) {
+    quantized += double(r.quantized_elements);
     const double s = collective_seconds(r, cluster);
     const std::string cls = comm_class(r);
     t[cls] += s;
@@ -311,6 +314,10 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
     st.comm_exposed_s[out] += exposed;
   }
   st.slowdown_s = cluster.compute_slowdown * hidden;
+  // Quantize / dequantize (and Hadamard) kernels are memory-bound compute on the collectives' critical path
+  // (§6.2): ~12 bytes touched per fp32 element encoded or decoded (read 4, write or read the packed value,
+  // write or accumulate 4) at the memory-bound kernels' bandwidth.
+  st.quantize_s = quantized * 12.0 / bw;
 
   // 1F1B: (p - 1) micro-batch slots of the slowest stage idle (§6.4).
   st.bubble_s = pp > 1 ? (pp - 1) * (t_f + t_b) : 0.0;
@@ -329,8 +336,8 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
 
   double comm = 0;
   for (const auto& [cls, s] : st.comm_exposed_s) comm += s;
-  st.step_s = st.compute_fwd_s + st.compute_bwd_s + st.recompute_s + comm + st.slowdown_s + st.bubble_s +
-              st.optimizer_s;
+  st.step_s = st.compute_fwd_s + st.compute_bwd_s + st.recompute_s + comm + st.slowdown_s + st.quantize_s +
+              st.bubble_s + st.optimizer_s;
   st.tokens_per_s = double(c.train.global_batch) * T / st.step_s;
   st.mfu = architecture(model.arch).training_flops_per_token(model, int(T)) * st.tokens_per_s /
            (double(layout.world()) * ref);
@@ -346,6 +353,7 @@ nlohmann::json StepTime::to_json() const {
           {"comm_s", comm_s},
           {"comm_exposed_s", comm_exposed_s},
           {"compute_slowdown_s", slowdown_s},
+          {"quantize_s", quantize_s},
           {"bubble_s", bubble_s},
           {"optimizer_s", optimizer_s},
           {"tokens_per_s", tokens_per_s},

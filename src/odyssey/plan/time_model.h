@@ -34,6 +34,7 @@ struct StepTime {
   std::map<std::string, double>
       comm_exposed_s;     // per class: dp_grads, zero3_gather, weight_gather, sp, tp, pp, scalars
   double slowdown_s = 0;  // compute inflation while hidden communication ran
+  double quantize_s = 0;  // encoding and decoding the compressed collectives
   double bubble_s = 0, optimizer_s = 0;
   double tokens_per_s = 0, mfu = 0;
   double gemm_rate = 0;                         // FLOP/s per rank the MFU divides by
