@@ -15,6 +15,7 @@
 #include "odyssey/parallel/shard.h"
 #include "odyssey/parallel/ulysses.h"
 #include "odyssey/parallel/wire_format.h"
+#include "odyssey/plan/stage_cache.h"
 
 namespace odyssey {
 
@@ -57,8 +58,10 @@ struct Emitter {
   std::vector<CommRecord> out;
 
   void add(const char* phase, int micro, std::string what, CommKind kind, const PlanGroup& g, uint64_t count,
-           const char* dtype, CommPurpose purpose, bool counted = true) {
+           const char* dtype, CommPurpose purpose, bool counted = true, uint64_t repeat = 1) {
+    if (repeat == 0) return;
     CommRecord r;
+    r.repeat = repeat;
     r.phase = phase;
     r.micro = micro;
     r.what = std::move(what);
@@ -343,24 +346,22 @@ class SpModel {
   }
 
  private:
-  // ring_attention.cpp: P - 1 K/V passes forward (receive posted first, then the send).
+  // ring_attention.cpp: P - 1 K/V passes forward (receive posted first, then the send), one record each
+  // for the P - 1 identical receives and sends.
   void ring_forward(const char* phase, int micro, const std::string& what, int Tl, int Hkv) {
-    const int P = ring_.size();
     const uint64_t kv_n = uint64_t(B_) * Tl * 2 * Hkv * D_;
-    for (int s = 0; s + 1 < P; ++s) pass(phase, micro, what + " kv", kv_n, act_);
+    pass(phase, micro, what + " kv", kv_n, act_, uint64_t(ring_.size() - 1));
   }
   // Backward: P - 1 K/V passes and P dK/dV passes (the accumulator's full circle).
   void ring_backward(int micro, const std::string& what, int Tl, int Hkv) {
-    const int P = ring_.size();
-    const uint64_t kv_n = uint64_t(B_) * Tl * 2 * Hkv * D_;
-    for (int s = 0; s < P; ++s) {
-      if (s + 1 < P) pass("bwd", micro, what + " kv", kv_n, act_);
-      if (P > 1) pass("bwd", micro, what + " dkv", kv_n, "f32");
-    }
+    const uint64_t kv_n = uint64_t(B_) * Tl * 2 * Hkv * D_, P = uint64_t(ring_.size());
+    pass("bwd", micro, what + " kv", kv_n, act_, P - 1);
+    if (P > 1) pass("bwd", micro, what + " dkv", kv_n, "f32", P);
   }
-  void pass(const char* phase, int micro, const std::string& what, uint64_t n, const char* dtype) {
-    e_.add(phase, micro, what + " recv", CommKind::send_recv, ring_, n, dtype, CommPurpose::sp, false);
-    e_.add(phase, micro, what, CommKind::send_recv, ring_, n, dtype, CommPurpose::sp);
+  void pass(const char* phase, int micro, const std::string& what, uint64_t n, const char* dtype,
+            uint64_t times) {
+    e_.add(phase, micro, what + " recv", CommKind::send_recv, ring_, n, dtype, CommPurpose::sp, false, times);
+    e_.add(phase, micro, what, CommKind::send_recv, ring_, n, dtype, CommPurpose::sp, true, times);
   }
 
   Emitter& e_;
@@ -469,8 +470,7 @@ std::vector<CommRecord> comm_schedule(const PlanLayout& layout, int rank, bool e
       pp == 1 ? std::pair{0, c.model.n_layer}
               : stage_layers(c.model.n_layer, pp, c.parallel.pp_layers)[size_t(stage_index)];
   const auto stage =
-      architecture(c.model.arch)
-          .make_stage(c.model, StageRange{begin, end}, false, TpPiece{c.parallel.tp, layout.coords(rank).tp});
+      &planned_stage(c.model, StageRange{begin, end}, TpPiece{c.parallel.tp, layout.coords(rank).tp});
   ZeroModel zero(layout, rank, *stage, e);
   SpModel sp(layout, rank, e);
   FormulaModel formula(layout, rank, e);
@@ -531,8 +531,8 @@ CommTotals comm_totals(const std::vector<CommRecord>& records) {
   CommTotals t;
   for (const CommRecord& r : records) {
     CommTotalsValue& v = t[{r.group, r.kind, r.intra}];
-    v.calls += 1;
-    v.bytes += r.bus_bytes;
+    v.calls += r.repeat;
+    v.bytes += r.bus_bytes * r.repeat;
   }
   return t;
 }
@@ -562,11 +562,17 @@ nlohmann::json comm_totals_json(const CommTotals& totals) {
 }
 
 nlohmann::json comm_record_json(const CommRecord& r) {
-  return {{"phase", r.phase},         {"micro", r.micro},
-          {"what", r.what},           {"kind", comm_kind_name(r.kind)},
-          {"group", r.group},         {"level", r.intra ? "intra" : "inter"},
-          {"count", r.count},         {"dtype", r.dtype},
-          {"bus_bytes", r.bus_bytes}, {"purpose", comm_purpose_name(r.purpose)}};
+  return {{"phase", r.phase},
+          {"micro", r.micro},
+          {"what", r.what},
+          {"kind", comm_kind_name(r.kind)},
+          {"group", r.group},
+          {"level", r.intra ? "intra" : "inter"},
+          {"count", r.count},
+          {"repeat", r.repeat},
+          {"dtype", r.dtype},
+          {"bus_bytes", r.bus_bytes},
+          {"purpose", comm_purpose_name(r.purpose)}};
 }
 
 }  // namespace odyssey

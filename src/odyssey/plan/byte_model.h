@@ -31,7 +31,8 @@ struct CommRecord {
   bool intra = true;    // CommStats' level: all members on one node
   uint64_t count = 0;   // elements of dtype per the call's own convention
   const char* dtype = "f32";
-  uint64_t bus_bytes = 0;  // per rank, nccl-tests convention
+  uint64_t bus_bytes = 0;  // per rank per call, nccl-tests convention
+  uint64_t repeat = 1;     // identical calls in a row (a ring's P - 1 passes): one record
   CommPurpose purpose = CommPurpose::scalars;
   bool formula = false;  // from planner.md §5.3's closed forms, not the engine's own sizing (TP, PP)
   int node_ranks = 1;    // ranks per node of the layout: the copies of this call sharing a node's NIC

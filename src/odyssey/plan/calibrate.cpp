@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "odyssey/core/buffer.h"
+#include "odyssey/core/host_memory.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/cpu_info.h"
@@ -59,7 +60,9 @@ Cluster calibrate_host(const RunConfig& config, Communicator& world, int ranks_p
   c.devices_per_node = ranks_per_node > 0 ? ranks_per_node : world.size();
   c.device_kind = "cpu";
   c.cores_per_node = cores;
-  c.memory_gib = 0;
+  // A CPU "device" is one rank: its share of what the host has available now.
+  c.memory_gib =
+      std::max(1e-3, double(available_memory_bytes()) / double(uint64_t(1) << 30) / c.devices_per_node);
   c.memory_reserve = 0.1;
   const bool root = world.rank() == 0;
   const std::time_t now = std::time(nullptr);
@@ -133,6 +136,7 @@ Cluster calibrate_host(const RunConfig& config, Communicator& world, int ranks_p
     c.sources["device.kernels.attention_flops"] = stamp + "; causal forward + backward, one thread";
     c.sources["device.kernels.adamw_per_param"] = stamp + "; one thread";
     c.sources["device.memory_bandwidth_gbs"] = stamp + "; LayerNorm forward read + write, all cores";
+    c.sources["device.memory_gib"] = stamp + "; MemAvailable / ranks per node";
   }
   world.barrier();
 
@@ -151,8 +155,6 @@ Cluster calibrate_host(const RunConfig& config, Communicator& world, int ranks_p
       const double ag =
           median_seconds(5, [&] { world.all_gather(send.data(), recv.data(), floats, DType::f32); });
       const double ar = median_seconds(5, [&] { world.all_reduce(send.data(), floats, DType::f32); });
-      double t[2] = {ag, ar};
-      world.all_reduce(t, 2 * sizeof(double) / sizeof(float), DType::f32);  // (timing agreement, summed)
       const double b = double(floats) * 4;
       xs_steps.push_back(P - 1), xs_bytes.push_back(b * (P - 1)), ys.push_back(ag);
       xs_steps.push_back(2.0 * (P - 1)), xs_bytes.push_back(2 * b * (P - 1) / P), ys.push_back(ar);

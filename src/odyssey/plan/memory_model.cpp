@@ -8,6 +8,7 @@
 #include "odyssey/parallel/data_parallel.h"
 #include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/parallel/shard.h"
+#include "odyssey/plan/stage_cache.h"
 
 namespace odyssey {
 
@@ -32,8 +33,7 @@ PlanMemory plan_memory(const PlanLayout& layout, int rank) {
       pp == 1 ? std::pair{0, c.model.n_layer}
               : stage_layers(c.model.n_layer, pp, c.parallel.pp_layers)[size_t(layout.coords(rank).pp)];
   auto stage =
-      architecture(c.model.arch)
-          .make_stage(c.model, StageRange{begin, end}, false, TpPiece{c.parallel.tp, layout.coords(rank).tp});
+      &planned_stage(c.model, StageRange{begin, end}, TpPiece{c.parallel.tp, layout.coords(rank).tp});
   const ParamTable& table = stage->table();
   const PlanGroup dp = layout.group(GridGroup::dp_sp, rank);
   CommOptions comm;

@@ -6,6 +6,7 @@
 #include "odyssey/model/architecture.h"
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/memory_model.h"
+#include "odyssey/plan/stage_cache.h"
 #include "odyssey/plan/time_model.h"
 
 namespace odyssey {
@@ -49,7 +50,9 @@ nlohmann::json bytes_json(const std::vector<CommRecord>& records, int64_t params
   double cross_intra = 0, cross_inter = 0;
   nlohmann::json by_kind = nlohmann::json::object(), by_purpose = nlohmann::json::object();
   uint64_t w_intra = 0, w_inter = 0, g_intra = 0, g_inter = 0;
-  for (const CommRecord& r : records) {
+  for (const CommRecord& r0 : records) {
+    CommRecord r = r0;  // the record's calls together
+    r.bus_bytes *= r.repeat;
     (r.intra ? intra : inter) += r.bus_bytes;
     nlohmann::json& k = by_kind[comm_kind_name(r.kind)];
     if (k.is_null()) k = {{"intra", 0}, {"inter", 0}};
@@ -89,9 +92,7 @@ nlohmann::json plan_layout(const PlanLayout& layout, const Cluster& cluster, boo
     const StepTime time = step_time(layout, records, cluster, rank);
     if (time.step_s <= worst_step) continue;
     worst_step = time.step_s;
-    const auto table =
-        architecture(c.model.arch)
-            .make_stage(c.model, StageRange{0, c.model.n_layer}, false, TpPiece{c.parallel.tp, 0});
+    const auto table = &planned_stage(c.model, StageRange{0, c.model.n_layer}, TpPiece{c.parallel.tp, 0});
     const PlanMemory memory = plan_memory(layout, rank);
     nlohmann::json mem = memory.to_json();
     const uint64_t limit = memory_limit(cluster);

@@ -10,6 +10,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/model/params.h"
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/layout.h"
 #include "odyssey/plan/memory_model.h"
@@ -142,6 +143,13 @@ nlohmann::json search_layouts(const RunConfig& base, const Cluster& cluster, con
   std::map<std::string, int> rejected;
   std::map<std::string, std::string> example;
   int evaluated = 0, valid = 0;
+  // Memory first (planner.md §8): a lower bound of the model state per rank, the cheapest refusal.
+  const double params = double(ParamTable(base.model).total());
+  auto state_lower_bound = [&](int zero, int tp, int pp, int replicas) {
+    const double d = replicas;  // bytes per parameter, the smaller of the fp32 and bf16 policies
+    const double per_param = zero == 0 ? 16 : zero == 1 ? 6 + 12 / d : zero == 2 ? 2 + 12 / d : 16 / d;
+    return params / (double(tp) * pp) * per_param;
+  };
   auto reject = [&](const std::string& why, const std::string& layout) {
     const std::string cls = reason_class(why);
     if (rejected[cls]++ == 0) example[cls] = layout + ": " + why;
@@ -182,6 +190,14 @@ nlohmann::json search_layouts(const RunConfig& base, const Cluster& cluster, con
                   if (std::string(bundle.name) == "sdp4bit" && (zero < 1 || zero > 2)) continue;
                   if (std::string(bundle.name) == "zeropp" && zero != 3) continue;
                   ++evaluated;
+                  const double bound = state_lower_bound(zero, tp, pp, dp * U * R);
+                  if (limit > 0 && bound > double(limit)) {
+                    reject(fmt::format("does not fit: the model state alone is at least {:.1f} GiB per rank "
+                                       "> {:.1f} GiB",
+                                       bound / double(1 << 30), limit / double(1 << 30)),
+                           fmt::format("{} zero {}", dims, zero));
+                    continue;
+                  }
                   Candidate cand;
                   RunConfig& c = cand.config;
                   c = base;

@@ -5,6 +5,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/plan/stage_cache.h"
 
 namespace odyssey {
 
@@ -251,8 +252,8 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
   std::map<int, std::pair<bool, bool>> seen_gather;
   double twolevel_intra = 0, twolevel_inter = 0, quantized = 0;
   for (const CommRecord& r : records) {
-    quantized += double(r.quantized_elements);
-    const double s = collective_seconds(r, cluster);
+    quantized += double(r.quantized_elements) * double(r.repeat);
+    const double s = collective_seconds(r, cluster) * double(r.repeat);
     const std::string cls = comm_class(r);
     t[cls] += s;
     if (r.purpose == CommPurpose::grads) {
@@ -323,10 +324,7 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
   st.bubble_s = pp > 1 ? (pp - 1) * (t_f + t_b) : 0.0;
   // Optimizer: AdamW over this rank's share of the parameters.
   const double params =
-      double(architecture(model.arch)
-                 .make_stage(model, StageRange{0, model.n_layer}, false, TpPiece{c.parallel.tp, 0})
-                 ->table()
-                 .total()) /
+      double(planned_stage(model, StageRange{0, model.n_layer}, TpPiece{c.parallel.tp, 0}).table().total()) /
       pp;
   const double local = c.parallel.zero_stage > 0 ? params / layout.dims().dp / sp : params;
   const auto adamw = cluster.kernels.find("adamw_per_param");
