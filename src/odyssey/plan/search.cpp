@@ -282,7 +282,10 @@ nlohmann::json search_layouts(const RunConfig& base, const Cluster& cluster, con
     why.push_back({{"layout", fits[i].plan["layout"]},
                    {"step_s", fits[i].step_s},
                    {"slower_by_s", fits[i].step_s - fits[0].step_s},
-                   {"grew_most", grown_term(fits[0].plan["time"], fits[i].plan["time"])}});
+                   {"grew_most", fits[i].step_s == fits[0].step_s
+                                     ? std::string("a tie, ordered by micro-batch 1 first, less recompute, "
+                                                   "smaller tp, more dp (Hagemann et al.)")
+                                     : grown_term(fits[0].plan["time"], fits[i].plan["time"])}});
   out["winner_vs_neighbours"] = why;
   nlohmann::json rej = nlohmann::json::array();
   for (const auto& [cls, n] : rejected)
