@@ -24,6 +24,7 @@
 #include "odyssey/kernels/cpu_info.h"
 #include "odyssey/kernels/cpu_peak.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/plan/plan_command.h"
 #include "odyssey/train/batch_loader.h"
 #include "odyssey/train/config.h"
 #include "odyssey/train/evaluate.h"
@@ -370,6 +371,24 @@ int main(int argc, char** argv) {
       "print a checkpoint's manifest, tensors and slices; verify every checksum (exit 1 on a problem)");
   inspect->add_option("DIR", inspect_path, "checkpoint or run directory")->required();
 
+  PlanCommand plan_cmd;
+  auto* plan = app.add_subcommand(
+      "plan", "predict a layout's memory, bytes and step time on a cluster; search layouts");
+  plan->add_option("--config", plan_cmd.config, "TOML run config (model, train, parallel, comm, memory)");
+  plan->add_option("--set", plan_cmd.overrides, "override a config key: section.key=value (repeatable)");
+  plan->add_option("--cluster", plan_cmd.cluster, "cluster description (configs/clusters/*.toml)");
+  plan->add_option("--world", plan_cmd.world, "ranks (default: the config's degrees, or every device)");
+  plan->add_flag("--json", plan_cmd.json, "print JSON instead of the table");
+  plan->add_flag("--schedule", plan_cmd.schedule, "include rank 0's collective schedule (with --json)");
+  plan->add_flag("--search", plan_cmd.search, "enumerate and rank layouts");
+  plan->add_option("--top", plan_cmd.top, "layouts to print with --search");
+  plan->add_option("--search-set", plan_cmd.search_sets, "search.key=value (repeatable)");
+  plan->add_flag("--check", plan_cmd.check, "under mpirun: run the layout two steps, compare bytes exactly");
+  plan->add_flag("--calibrate", plan_cmd.calibrate, "under mpirun: measure this host into --output");
+  plan->add_option("--output", plan_cmd.output, "the cluster file --calibrate writes");
+  plan->add_option("--ranks-per-node", plan_cmd.ranks_per_node,
+                   "--calibrate: ranks per node (default: mpirun's)");
+
   auto* info = app.add_subcommand(
       "info", "print this host's CPU, the ISA paths, threads and the peak fp32 rate MFU divides by, as JSON");
 
@@ -393,6 +412,9 @@ int main(int argc, char** argv) {
     if (*train)
       return run_main(argc, argv,
                       [&](int, char**) { return cmd_train(config_path, overrides, dry_run, world_size); });
+    if (*plan && (plan_cmd.check || plan_cmd.calibrate))
+      return run_main(argc, argv, [&](int, char**) { return run_plan_collective(plan_cmd, world()); });
+    if (*plan) return run_plan(plan_cmd);
     if (*eval) return cmd_eval(checkpoint, data_path, eval_batch, eval_rows, eval_seq_len);
     if (*gen) {
       sampling.use_kv_cache = !no_kv_cache;

@@ -251,6 +251,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     result.last_loss = f.result.loss;
     result.losses.push_back(f.result.loss);
     if (root && step == start_step) log_info("{}", memory_line(f.memory));
+    result.last_record = step_record(f);
     const bool last = step + 1 == end_step;
     const bool eval_now = data.val && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
     if (eval_now) f.val_loss = result.val_loss = data.validate(layout);

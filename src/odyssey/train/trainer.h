@@ -26,6 +26,7 @@ struct TrainResult {
   bool stopped_by_signal = false;  // SIGTERM/SIGINT: stopped early after saving the checkpoint
   HostMemoryNeed memory;           // the start-up memory check's figures (this rank)
   uint64_t host_available = 0;     // MemAvailable when it ran (0: unknown)
+  nlohmann::json last_record;      // this rank's metrics record of the last step (every rank: `plan --check`)
 };
 
 // Trains over every rank of world (collective; only world rank 0 writes metrics, console lines and

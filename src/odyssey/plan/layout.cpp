@@ -1,0 +1,108 @@
+#include "odyssey/plan/layout.h"
+
+#include <algorithm>
+#include <array>
+
+#include "odyssey/core/error.h"
+#include "odyssey/parallel/sequence_shard.h"
+
+namespace odyssey {
+
+namespace {
+
+// The grid dimensions a group spans, innermost first (tp, sp_ulysses, sp_ring, dp, pp): comm/grid.cpp's
+// rule, for the groups the engine splits from the grid.
+std::array<bool, 5> spans(GridGroup g) {
+  switch (g) {
+    case GridGroup::tp:
+      return {true, false, false, false, false};
+    case GridGroup::sp_ulysses:
+      return {false, true, false, false, false};
+    case GridGroup::sp_ring:
+      return {false, false, true, false, false};
+    case GridGroup::sp:
+      return {false, true, true, false, false};
+    case GridGroup::dp:
+      return {false, false, false, true, false};
+    case GridGroup::dp_sp:
+      return {false, true, true, true, false};
+    case GridGroup::pp:
+      return {false, false, false, false, true};
+    default:
+      return {true, true, true, true, true};
+  }
+}
+
+std::array<int, 5> as_array(const GridCoords& c) {
+  return {c.tp, c.sp_ulysses, c.sp_ring, c.dp, c.pp};
+}
+
+}  // namespace
+
+int PlanGroup::rank_of(int world_rank) const {
+  auto it = std::find(members.begin(), members.end(), world_rank);
+  ODY_CHECK(it != members.end(), "plan: rank {} is not in group {}", world_rank, name);
+  return int(it - members.begin());
+}
+
+PlanLayout::PlanLayout(const RunConfig& config, int world_size, int ranks_per_node) : config_(config) {
+  ODY_CHECK(world_size >= 1, "plan: the world must have at least one rank, got {}", world_size);
+  // The planner reads no data: a config without data.train is planned as if it named some.
+  if (config_.data.train.empty()) config_.data.train = "(planned)";
+  // The engine's validation with the precision it runs today; the plan keeps the one asked for.
+  precision_ = config_.train.precision;
+  config_.train.precision = Precision::fp32;
+  config_.validate(world_size);
+  config_.train.precision = precision_;
+  const ParallelConfig& p = config_.parallel;
+  dims_ = ProcessGrid::validate(GridDims{p.tp, p.sp_ulysses, p.sp_ring, p.dp, p.pp, p.ranks_per_node},
+                                world_size);
+  config_.parallel.dp = dims_.dp;
+  world_ = world_size;
+  ranks_per_node_ = p.ranks_per_node > 0 ? p.ranks_per_node
+                    : ranks_per_node > 0 ? ranks_per_node
+                                         : world_size;
+  ranks_per_node_ = std::min(ranks_per_node_, world_size);
+  ODY_CHECK(world_size % ranks_per_node_ == 0, "plan: {} ranks do not split into nodes of {} ranks",
+            world_size, ranks_per_node_);
+  const TrainConfig& t = config_.train;
+  ODY_CHECK(t.global_batch % (t.micro_batch * dims_.dp) == 0,
+            "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x dp ({})", t.global_batch,
+            t.micro_batch, dims_.dp);
+  micro_steps_ = t.global_batch / (t.micro_batch * dims_.dp);
+  SequenceShard shard{p.sp_ulysses, p.sp_ring, 0, 0, p.sp_ring_layout};
+  check_sequence_shard(config_.seq_len(), shard);
+}
+
+bool PlanLayout::one_node(const std::vector<int>& members) const {
+  for (int q : members)
+    if (node_of(q) != node_of(members.front())) return false;
+  return true;
+}
+
+PlanGroup PlanLayout::group(GridGroup g, int rank) const {
+  PlanGroup out;
+  out.name = grid_group_name(g);
+  const auto span = spans(g);
+  const auto mine = as_array(coords(rank));
+  for (int q = 0; q < world_; ++q) {
+    bool same = true;
+    if (g == GridGroup::intra_node) {
+      same = node_of(q) == node_of(rank);
+    } else if (g == GridGroup::inter_node) {
+      same = q % ranks_per_node_ == rank % ranks_per_node_;
+    } else {
+      const auto c = as_array(coords(q));
+      for (int i = 0; i < 5; ++i) same = same && (span[i] || c[i] == mine[i]);
+    }
+    if (same) out.members.push_back(q);
+  }
+  out.intra = one_node(out.members);
+  return out;
+}
+
+PlanGroup PlanLayout::subgroup(const std::string& name, std::vector<int> members, bool intra_flag) const {
+  return PlanGroup{name, std::move(members), intra_flag};
+}
+
+}  // namespace odyssey

@@ -1,0 +1,63 @@
+// The time model (planner.md §6): a step's time from the layout's compute (GEMM FLOPs at measured or
+// declared rates, attention, memory-bound kernels, the optimizer), its communication (α-β per network
+// level over the byte model's records), overlap, and the pipeline bubble. Every term is reported.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "odyssey/plan/byte_model.h"
+#include "odyssey/plan/cluster.h"
+#include "odyssey/plan/layout.h"
+
+namespace odyssey {
+
+// One GEMM of a micro-batch: C[m, n] = A[m, k] B[k, n], `count` times (forward only; the backward runs
+// two of the same FLOPs: dX and dW).
+struct GemmShape {
+  std::string name;
+  int64_t m = 0, n = 0, k = 0;
+  int count = 1;
+  double flops() const { return 2.0 * double(m) * double(n) * double(k) * count; }
+};
+
+// The GEMMs of one micro-batch of `layers` layers (and the LM head when `head`) on a rank.
+std::vector<GemmShape> micro_batch_gemms(const PlanLayout& layout, int layers, bool head);
+
+struct StepTime {
+  double step_s = 0;
+  double compute_fwd_s = 0, compute_bwd_s = 0, recompute_s = 0;  // per step (all micro-steps)
+  double gemm_s = 0, attention_s = 0, elementwise_s = 0;         // their split (per step)
+  std::map<std::string, double> comm_s;                          // per class, before overlap
+  std::map<std::string, double>
+      comm_exposed_s;     // per class: dp_grads, zero3_gather, weight_gather, sp, tp, pp, scalars
+  double slowdown_s = 0;  // compute inflation while hidden communication ran
+  double quantize_s = 0;  // encoding and decoding the compressed collectives
+  double bubble_s = 0, optimizer_s = 0;
+  double tokens_per_s = 0, mfu = 0;
+  double gemm_rate = 0;                         // FLOP/s per rank the MFU divides by
+  std::vector<std::string> measured, declared;  // which inputs were measured and which declared
+  nlohmann::json to_json() const;
+};
+
+// What one record puts on each physical level (§6.2): bytes over each device's intra-node link, bytes
+// through each node's inter-node injection, and the algorithm's steps (all, and those crossing nodes).
+struct Crossing {
+  double intra_per_device = 0, inter_per_node = 0, steps = 0, steps_inter = 0;
+};
+Crossing crossing_bytes(const CommRecord& r);
+
+// Seconds of one collective record on the cluster (α-β per level, §6.2).
+double collective_seconds(const CommRecord& r, const Cluster& cluster);
+
+StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& records, const Cluster& cluster,
+                   int rank);
+
+// FLOP/s of one GEMM shape per rank on the cluster: measured rates (nearest shapes in log space) or the
+// declared peak times its efficiency step function. `how` says which.
+double gemm_rate(const Cluster& cluster, const std::string& dtype, int64_t m, int64_t n, int64_t k,
+                 int ranks_per_node, std::string* how = nullptr);
+
+}  // namespace odyssey

@@ -1,0 +1,119 @@
+// The byte model's published shapes that need no engine run (planner.md §9.1, §9.4): ZeRO's closed
+// forms and their ratios, Ulysses' constant volume, the two-level gradient formats' bytes per element.
+#include <gtest/gtest.h>
+
+#include "odyssey/plan/byte_model.h"
+#include "odyssey/plan/layout.h"
+
+using namespace odyssey;
+
+namespace {
+
+RunConfig gpt2_small(int dp, int zero, const char* precision = "fp32") {
+  RunConfig c = parse_run_config(
+      "[model]\nn_layer = 12\nn_head = 12\nd_model = 768\nseq_len = 1024\nvocab_size = 50304\n"
+      "[train]\nglobal_batch = 8\nmicro_batch = 1\n",
+      "test", {});
+  c.parallel.dp = dp;
+  c.parallel.zero_stage = zero;
+  c.parallel.bucket_mb = 25;
+  c.train.global_batch = dp;
+  c.train.precision = std::string(precision) == "bf16" ? Precision::bf16 : Precision::fp32;
+  return c;
+}
+
+// Gradient and weight bus bytes of a step (scalars left out).
+uint64_t model_state_bytes(const RunConfig& c, int world) {
+  const PlanLayout layout(c, world, world);
+  uint64_t bytes = 0;
+  for (const CommRecord& r : comm_schedule(layout, 0))
+    if (r.purpose != CommPurpose::scalars) bytes += r.bus_bytes;
+  return bytes;
+}
+
+TEST(ByteModel, ZeroClosedFormsPerParameter) {
+  // No padding at P = 2 (every unit of this model has an even size): Ψ_pad = Ψ, bus = (P-1)/P of it.
+  const double psi = 124475904;  // GPT-2 small with a 50,304-token vocabulary
+  const int P = 2;
+  for (int zero : {0, 1, 2})
+    EXPECT_EQ(model_state_bytes(gpt2_small(P, zero), P), uint64_t(2 * psi * 4 / 2)) << zero;
+  EXPECT_EQ(model_state_bytes(gpt2_small(P, 3), P), uint64_t(3 * psi * 4 / 2));
+}
+
+TEST(ByteModel, ZeroThreeOverOneIsOneAndAHalfInFp32AndFourThirdsInBf16) {
+  const int P = 2;
+  EXPECT_DOUBLE_EQ(
+      double(model_state_bytes(gpt2_small(P, 3), P)) / double(model_state_bytes(gpt2_small(P, 1), P)), 1.5);
+  // bf16 weights (2 bytes) and fp32 gradients (4): (2 + 2 + 4) / (2 + 4).
+  EXPECT_DOUBLE_EQ(double(model_state_bytes(gpt2_small(P, 3, "bf16"), P)) /
+                       double(model_state_bytes(gpt2_small(P, 1, "bf16"), P)),
+                   8.0 / 6.0);
+}
+
+TEST(ByteModel, AccumulationMultipliesZeroTwoAndThreeOnly) {
+  const int P = 2;
+  for (int zero : {0, 1, 2, 3}) {
+    RunConfig one = gpt2_small(P, zero), three = gpt2_small(P, zero);
+    three.train.global_batch = 3 * P;
+    const uint64_t a = model_state_bytes(one, P), b = model_state_bytes(three, P);
+    const uint64_t grads = zero == 3 ? a / 3 : a / 2;  // one reduction round
+    const uint64_t expected = zero <= 1 ? a : zero == 2 ? a + 2 * grads : 3 * a;
+    EXPECT_EQ(b, expected) << zero;
+  }
+}
+
+TEST(ByteModel, UlyssesVolumePerRankIsConstantWhenTokensAndRanksGrowTogether) {
+  // Per layer forward + backward: the q,k,v and output all-to-alls move (2h + 2h_kv) x tokens/U x 4
+  // bytes of each rank's buffer; with T = 512 U that is the same for every U: the README's measured
+  // 8,388,608 bytes per layer forward at h = 1024.
+  double volume = 0;
+  for (int U : {2, 4, 8}) {
+    RunConfig c = gpt2_small(1, 0);
+    c.model.d_model = 1024;
+    c.model.n_head = 16;
+    c.model.seq_len = 512 * U;
+    c.parallel.sp_ulysses = U;
+    c.memory.chunk_tokens = 0;
+    const PlanLayout layout(c, U, U);
+    uint64_t bus = 0;
+    for (const CommRecord& r : comm_schedule(layout, 0))
+      if (r.purpose == CommPurpose::sp) bus += r.bus_bytes;
+    const double v = double(bus) * U / (U - 1) / c.model.n_layer;
+    if (volume == 0) volume = v;
+    EXPECT_EQ(v, volume) << U;
+  }
+  EXPECT_EQ(volume, 2 * 8388608.0);
+}
+
+TEST(ByteModel, TwoLevelGradientsMoveTheWireFormatsBytesPerElement) {
+  // 4 ranks as 2 nodes x 2, ZeRO-1, tlq: per element of the bucket, int8 groups of 128 intra-node
+  // (1 + 4/128 bytes) and int4 groups of 128 on 1/D of the buffer inter-node (0.5 + 4/128).
+  RunConfig c = gpt2_small(4, 1);
+  c.comm.grads = GradComm::tlq;
+  c.parallel.ranks_per_node = 2;
+  const PlanLayout layout(c, 4, 2);
+  uint64_t intra = 0, inter = 0, elements = 0;
+  for (const CommRecord& r : comm_schedule(layout, 0)) {
+    if (r.purpose != CommPurpose::grads) continue;
+    (r.group == "dp_sp_intra" ? intra : inter) += r.count * r.group_size;  // the rank's whole buffer
+  }
+  for (const CommRecord& r : comm_schedule(layout, 0))
+    if (r.purpose == CommPurpose::weights) elements += r.count * 4;  // the fp32 gather: P x S padded elements
+  EXPECT_NEAR(double(intra) / double(elements), 1.03125, 2e-4);
+  EXPECT_NEAR(double(inter) / double(elements / 2), 0.53125, 2e-4);
+}
+
+TEST(ByteModel, FormulaRecordsAreMarkedAndExactRefusesThem) {
+  RunConfig c = gpt2_small(2, 1);
+  c.parallel.tp = 2;
+  c.train.global_batch = 2;
+  const PlanLayout layout(c, 4, 4);
+  EXPECT_FALSE(byte_model_gap(layout).empty());
+  EXPECT_THROW(comm_schedule(layout, 0), Error);
+  bool formula = false;
+  for (const CommRecord& r : comm_schedule(layout, 0, false))
+    formula |= r.formula && r.purpose == CommPurpose::tp;
+  EXPECT_TRUE(formula);
+}
+
+}  // namespace
