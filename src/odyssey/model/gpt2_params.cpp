@@ -1,5 +1,6 @@
 #include "odyssey/model/gpt2_params.h"
 
+#include <limits>
 #include <string>
 
 #include "odyssey/core/error.h"
@@ -7,6 +8,10 @@
 namespace odyssey {
 
 void validate_gpt2(const ModelConfig& c) {
+  // Before 4 * d_model is formed: the MLP's two projections (2 x 4 x d_model) index rows with int.
+  ODY_CHECK(c.d_model <= std::numeric_limits<int>::max() / 8,
+            "model.d_model ({}): GPT-2's MLP is 4 x d_model wide, and twice that must be at most {}",
+            c.d_model, std::numeric_limits<int>::max());
   ODY_CHECK(c.d_model % c.n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", c.d_model,
             c.n_head);
   ODY_CHECK(c.n_kv_head == 0 || c.n_kv_head == c.n_head,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "odyssey/checkpoint/checkpoint.h"
+#include "odyssey/checkpoint/same_model.h"
 #include "odyssey/comm/grid.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
@@ -73,14 +74,6 @@ struct StopSignals {
     sigaction(SIGINT, &old_int, nullptr);
   }
 };
-
-// Refuses to resume a checkpoint whose model differs from the configured one, naming the key.
-void check_same_model(const ModelConfig& want, const ModelConfig& have, const std::string& dir) {
-  const nlohmann::json w = model_config_to_json(want), h = model_config_to_json(have);
-  for (const auto& [key, value] : w.items())
-    ODY_CHECK(h.at(key) == value, "checkpoint {} has model.{}={}, the config says {}", dir, key,
-              h.at(key).dump(), value.dump());
-}
 
 // ZeRO's view of the [parallel] and [comm] keys on this grid.
 ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
@@ -665,7 +658,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   int64_t steps_run = 0;
   StopSignals stop_signals;
   int64_t end_step = tc.steps;
-  if (tc.exit_after > 0) end_step = std::min(end_step, start_step + tc.exit_after);
+  if (tc.exit_after > 0 && tc.exit_after < end_step - start_step) end_step = start_step + tc.exit_after;
 
   for (int64_t step = start_step; step < end_step; ++step) {
     world.stats().reset();  // the metrics report this step's traffic
