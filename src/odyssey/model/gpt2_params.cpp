@@ -4,6 +4,7 @@
 #include <string>
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/param_index.h"
 
 namespace odyssey {
 
@@ -73,9 +74,10 @@ Gpt2Params::Gpt2Params(const ParamTable& t, const StageRange& range)
       lnf_w(t.try_find("ln_f.weight")),
       lnf_b(t.try_find("ln_f.bias")),
       layer_begin(range.layer_begin) {
+  const ParamIndex index(t);
   for (int l = range.layer_begin; l < range.layer_end; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    auto at = [&](const char* name) { return &t.find(h + name); };
+    auto at = [&](const char* name) { return &index.find(h + name); };
     layers.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
                       at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
                       at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"),

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/param_index.h"
 
 namespace odyssey {
 
@@ -84,9 +85,10 @@ LlamaParams::LlamaParams(const ParamTable& t, const StageRange& range, const Mod
     ODY_CHECK(b->offset == a->offset + a->numel && b->unit == a->unit,
               "parameter table: {} does not follow {}", b->name, a->name);
   };
+  const ParamIndex index(t);
   for (int l = range.layer_begin; l < range.layer_end; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    auto at = [&](const char* name) { return &t.find(p + name); };
+    auto at = [&](const char* name) { return &index.find(p + name); };
     layers.push_back({at("input_layernorm.weight"), at("self_attn.q_proj.weight"),
                       at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"),
                       at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
