@@ -9,6 +9,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <new>
+#include <optional>
 #include <vector>
 
 #include "odyssey/checkpoint/checkpoint.h"
@@ -586,7 +588,21 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   world.barrier();
   const uint64_t host_available = available_memory_bytes();
   world.barrier();
-  Run run(config, world);
+  // The buffers are mapped as the run is built (pages taken only when written); a budget above this
+  // host's memory (train.host_memory_gb) can pass a model whose mappings the OS refuses.
+  std::optional<Run> built;
+  try {
+    built.emplace(config, world);
+  } catch (const std::bad_alloc&) {
+    fail(
+        "the model (model.n_layer {}, model.d_model {}, model.vocab_size {}: {} parameters) cannot be mapped "
+        "on this host{}",
+        config.model.n_layer, config.model.d_model, config.model.vocab_size, config.model.num_parameters(),
+        tc.host_memory_gb > 0
+            ? fmt::format(" (train.host_memory_gb = {} is more than it has)", tc.host_memory_gb)
+            : "");
+  }
+  Run& run = *built;
   const bool root = run.root();
   const int T = run.seq_len();
   const HostMemoryNeed need = run.check_memory(host_available, dry_run);
