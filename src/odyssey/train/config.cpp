@@ -448,12 +448,13 @@ void RunConfig::validate(int world_size) const {
               "train.global_batch ({}) / (train.micro_batch ({}) x parallel.dp ({})) = {} micro-batches per "
               "step: a pipeline schedules at most {}; raise train.micro_batch",
               t.global_batch, t.micro_batch, dp, m, kMaxPipelineMicroBatches);
-    // The other schedules refuse pp_virtual > 1 at once; interleaving builds pp x pp_virtual stages.
-    if (p.pp_schedule == PipelineSchedule::interleaved)
-      ODY_CHECK(
-          stages <= model.n_layer,
-          "pipeline: model.n_layer ({}) must be at least the number of stages ({}: parallel.pp x pp_virtual)",
-          model.n_layer, stages);
+    // Every pipeline rank needs a layer before its schedule is built (a table per rank): interleaving
+    // builds pp x pp_virtual stages, the other schedules refuse pp_virtual > 1 at once.
+    const int64_t needed = p.pp_schedule == PipelineSchedule::interleaved ? stages : p.pp;
+    ODY_CHECK(
+        needed <= model.n_layer,
+        "pipeline: model.n_layer ({}) must be at least the number of stages ({}: parallel.pp x pp_virtual)",
+        model.n_layer, needed);
     build_schedule(p.pp_schedule, PipelineShape{p.pp, p.pp_virtual, int(std::max<int64_t>(m, 1))});
     check_schedule_zero_stage(p.pp_schedule, p.zero_stage);
     stage_layers(model.n_layer, int(stages), p.pp_layers);
