@@ -54,6 +54,9 @@ cp "$WORK/data/shards/train_000000.bin" "$WORK/bad_version.bin"
 printf '\x03' | dd of="$WORK/bad_version.bin" bs=1 seek=4 conv=notrunc status=none
 : >"$WORK/empty.bin"
 echo 'not json' >"$WORK/badmanifest/step_00000001/manifest.json"
+mkdir -p "$WORK/hf_llama_big"
+echo '{"model_type": "llama", "vocab_size": 256, "hidden_size": 4294967336, "intermediate_size": 72,
+  "num_hidden_layers": 2, "num_attention_heads": 5, "max_position_embeddings": 37}' >"$WORK/hf_llama_big/config.json"
 
 # The matrix: each case exits 1 with one line on stderr, "odyssey: error: ..." matching PATTERN.
 # bad NAME PATTERN ARGS...  (ARGS: the odyssey command line)
@@ -61,7 +64,8 @@ bad() {
   local name="$1" pattern="$2"
   shift 2
   local out rc
-  out=$("$ODYSSEY" "$@" 2>&1 >/dev/null)
+  # A hang guard, not a time assertion: a case that does work proportional to a key (minutes) fails.
+  out=$(timeout 120 "$ODYSSEY" "$@" 2>&1 >/dev/null)
   rc=$?
   if [ $rc -ne 1 ]; then
     fail "$name: exit code $rc, expected 1: $out"
@@ -99,7 +103,17 @@ unknown ring layout|parallel.sp_ring_layout: unknown .*'spiral'|"\${T[@]}" --set
 --set without value|--set train.steps: expected section.key=value|"\${T[@]}" --set train.steps
 --set without key|--set =3: expected section.key=value|"\${T[@]}" --set =3
 model too large|model.n_layer 1, model.d_model 400000.*does not fit on this host|"\${T[@]}" --set model.d_model=400000 --set model.n_head=1 --set model.n_layer=1
-model too large, dry run|model.n_layer 100000.*does not fit on this host|"\${T[@]}" --set model.n_layer=100000 --set model.d_model=4000 --set model.n_head=4 --dry-run
+model too large, dry run|model.n_layer 4000.*does not fit on this host|"\${T[@]}" --set model.n_layer=4000 --set model.d_model=4000 --set model.n_head=4 --dry-run
+layout product beyond 32 bits|parallel.dp \(0\) x parallel.sp_ulysses \(65536\) x parallel.sp_ring \(65536\) .*world size \(1\)|"\${T[@]}" --set parallel.sp_ulysses=65536 --set parallel.sp_ring=65536
+tp x pp beyond 32 bits|parallel.tp \(65536\) x parallel.pp \(65536\) must equal the world size \(1\)|"\${T[@]}" --set parallel.tp=65536 --set parallel.pp=65536
+tokens per micro-batch beyond 32 bits|train.micro_batch \(2147483647\) x train.seq_len \(37\)|"\${T[@]}" --set train.micro_batch=2147483647 --set train.global_batch=2147483647
+GPT-2 MLP width beyond 32 bits|model.d_model \(1073741824\)|"\${T[@]}" --set model.d_model=1073741824 --set model.n_head=1 --dry-run
+many layers, dry run|model.n_layer \(100000\) is more than|"\${T[@]}" --set model.n_layer=100000 --set model.d_model=8 --set model.n_head=1 --set train.host_memory_gb=100000 --dry-run
+threads beyond the host|train.threads \(100000000\) is more than|"\${T[@]}" --set train.threads=100000000
+memory budget beyond the address space|train.host_memory_gb must be at most|"\${T[@]}" --set train.host_memory_gb=1e300
+disk budget beyond the address space|memory.disk_budget_gb must be at most|"\${T[@]}" --set memory.disk_budget_gb=inf
+bucket beyond the address space|parallel.bucket_mb must be at most|"\${T[@]}" --set parallel.bucket_mb=1e300
+import: llama hidden_size beyond 32 bits|hf_llama_big/config.json: field 'hidden_size': 4294967336 is out of range|import --from hf-llama --input "$WORK/hf_llama_big" --output "$WORK/out"
 train without --config|--config is required|train
 unknown flag|--bogus|"\${T[@]}" --bogus
 eval without --data|--data is required|eval --checkpoint "$WORK/none"
@@ -130,6 +144,30 @@ expect_error "eval without checkpoint" "no such directory" "$ODYSSEY" eval --che
 "$ODYSSEY" train --config "$cfg" --set train.steps=0 >/dev/null 2>&1 || fail "train.steps=0 failed"
 ck=$(ls -d "$WORK"/run/step_* | head -n 1)
 [ -f "$ck/params.rank00000.safetensors" ] && echo "ok: train.steps=0 wrote the initial checkpoint" || fail "no initial checkpoint"
+# Integers of imported and saved files beyond the type that holds them, and fields missing from an older
+# or hand-edited manifest: refused naming the file and the field (issue 42).
+"$ODYSSEY" export --checkpoint "$ck" --to hf-gpt2 --output "$WORK/hf_big" >/dev/null 2>&1 || fail "export to hf-gpt2"
+sed -i 's/"n_embd": 40/"n_embd": 4294967336/' "$WORK/hf_big/config.json"
+expect_error "import: n_embd beyond 32 bits" "hf_big/config.json: field 'n_embd': 4294967336 is out of range" \
+  "$ODYSSEY" import --from hf-gpt2 --input "$WORK/hf_big" --output "$WORK/imported_big"
+[ -e "$WORK/imported_big" ] && fail "a refused import wrote $WORK/imported_big"
+# edited NAME SED: a copy of the checkpoint whose manifest.json is edited by SED (its checksum removed,
+# as a hand edit or a manifest older than the checksum has none).
+edited() {
+  mkdir -p "$WORK/$1"
+  cp -r "$ck" "$WORK/$1/"
+  sed -i -e '/^ "manifest_xxh3_64"/d' -e "$2" "$WORK/$1"/step_*/manifest.json
+  echo "$WORK/$1"
+}
+val=("$WORK"/data/shards/val_*.bin)
+expect_error "manifest: step missing" "manifest.json: field 'step' is missing" \
+  "$ODYSSEY" eval --checkpoint "$(edited nostep '/^ "step":/d')" --data "${val[0]}"
+expect_error "manifest: kinds missing" "manifest.json: field 'kinds' is missing" \
+  "$ODYSSEY" eval --checkpoint "$(edited nokinds '/^ "kinds": \[/,/^ \],/d')" --data "${val[0]}"
+expect_error "manifest: step not an integer" "manifest.json: field 'step': expected an integer, got \"zero\"" \
+  "$ODYSSEY" eval --checkpoint "$(edited wordstep 's/^ "step": 0,/ "step": "zero",/')" --data "${val[0]}"
+expect_error "manifest: n_layer beyond 32 bits" "manifest.json: field 'model.n_layer': 4294967298 is out of range" \
+  "$ODYSSEY" eval --checkpoint "$(edited bignlayer 's/^  "n_layer": 2,/  "n_layer": 4294967298,/')" --data "${val[0]}"
 printf 'X' | dd of="$ck/params.rank00000.safetensors" bs=1 seek=20000 conv=notrunc status=none
 expect_error "corrupt checkpoint" "params.rank00000.safetensors: tensor .* fails its checksum" \
   "$ODYSSEY" eval --checkpoint "$WORK/run" --data "$WORK/data/shards/val_*.bin"

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "odyssey/checkpoint/json_fields.h"
+#include "odyssey/checkpoint/manifest_fields.h"
 #include "odyssey/checkpoint/safetensors.h"
 #include "odyssey/checkpoint/sliced.h"
 #include "odyssey/core/error.h"
@@ -50,32 +52,33 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
 }
 
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
+  const JsonFields m(j, source, "model.");
   ModelConfig c;
+  c.arch = m.string("arch");
+  c.n_layer = m.integer<int>("n_layer");
+  c.n_head = m.integer<int>("n_head");
+  c.d_model = m.integer<int>("d_model");
+  c.seq_len = m.integer<int>("seq_len");
+  c.vocab_size = m.integer<int>("vocab_size");
+  // Written since the Llama keys exist; older (GPT-2) checkpoints have the defaults.
+  RopeScaling& r = c.rope_scaling;
+  c.n_kv_head = m.integer_or("n_kv_head", c.n_kv_head);
+  c.d_ff = m.integer_or("d_ff", c.d_ff);
+  c.head_size = m.integer_or("head_dim", c.head_size);
+  c.rms_norm_eps = m.number_or("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = m.number_or("rope_theta", c.rope_theta);
+  r.rope_type = m.string_or("rope_scaling.rope_type", r.rope_type);
+  r.factor = m.number_or("rope_scaling.factor", r.factor);
+  r.low_freq_factor = m.number_or("rope_scaling.low_freq_factor", r.low_freq_factor);
+  r.high_freq_factor = m.number_or("rope_scaling.high_freq_factor", r.high_freq_factor);
+  r.original_max_position_embeddings =
+      m.integer_or("rope_scaling.original_max_position_embeddings", r.original_max_position_embeddings);
+  c.tie_embeddings = m.boolean_or("tie_embeddings", c.tie_embeddings);
   try {
-    c.arch = j.at("arch").get<std::string>();
-    c.n_layer = j.at("n_layer").get<int>();
-    c.n_head = j.at("n_head").get<int>();
-    c.d_model = j.at("d_model").get<int>();
-    c.seq_len = j.at("seq_len").get<int>();
-    c.vocab_size = j.at("vocab_size").get<int>();
-    // Written since the Llama keys exist; older (GPT-2) checkpoints have the defaults.
-    RopeScaling& r = c.rope_scaling;
-    c.n_kv_head = j.value("n_kv_head", c.n_kv_head);
-    c.d_ff = j.value("d_ff", c.d_ff);
-    c.head_size = j.value("head_dim", c.head_size);
-    c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
-    c.rope_theta = j.value("rope_theta", c.rope_theta);
-    r.rope_type = j.value("rope_scaling.rope_type", r.rope_type);
-    r.factor = j.value("rope_scaling.factor", r.factor);
-    r.low_freq_factor = j.value("rope_scaling.low_freq_factor", r.low_freq_factor);
-    r.high_freq_factor = j.value("rope_scaling.high_freq_factor", r.high_freq_factor);
-    r.original_max_position_embeddings =
-        j.value("rope_scaling.original_max_position_embeddings", r.original_max_position_embeddings);
-    c.tie_embeddings = j.value("tie_embeddings", c.tie_embeddings);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: bad model config: {}", source, e.what());
+    validate_model(c);
+  } catch (const Error& e) {
+    fail("{}: {}", source, e.what());
   }
-  validate_model(c);
   return c;
 }
 
@@ -145,8 +148,10 @@ CheckpointState read_checkpoint_manifest(const std::string& dir) {
   }
   CheckpointState state;
   try {
-    ODY_CHECK(manifest.at("format") == "odyssey-checkpoint", "{}: not an Odyssey checkpoint manifest", path);
-    int version = manifest.at("format_version").get<int>();
+    const JsonFields fields(manifest, path);
+    ODY_CHECK(fields.string_or("format", "") == "odyssey-checkpoint",
+              "{}: not an Odyssey checkpoint manifest", path);
+    const int version = fields.integer<int>("format_version");
     ODY_CHECK(version <= kCheckpointFormatVersion,
               "{}: format_version {} is newer than this build reads ({}); upgrade Odyssey", path, version,
               kCheckpointFormatVersion);
@@ -158,13 +163,19 @@ CheckpointState read_checkpoint_manifest(const std::string& dir) {
       ODY_CHECK(stored.is_string() && stored.get<std::string>() == manifest_checksum(body),
                 "{}: checksum mismatch (the manifest is damaged)", path);
     }
+    // Every field the readers use, present and of its type (checkpoint/manifest_fields.h).
+    check_manifest_fields(manifest, path, version);
     state.model = model_config_from_json(manifest.at("model"), path);
-    state.step = manifest.at("step").get<int64_t>();
-    state.next_row = manifest.at("next_row").get<uint64_t>();
-    state.seed = manifest.at("seed").get<uint64_t>();
-    state.run = manifest.value("run", nlohmann::json::object());
-    state.layout = manifest.value("layout", nlohmann::json::object());
-    state.schedule = manifest.value("schedule", nlohmann::json::object());
+    state.step = fields.integer<int64_t>("step");
+    state.next_row = fields.integer<uint64_t>("next_row");
+    state.seed = fields.integer<uint64_t>("seed");
+    // Absent or null: empty objects (their fields are read with defaults).
+    auto object_or_empty = [&](const char* key) {
+      return fields.has(key) ? manifest.at(key) : nlohmann::json::object();
+    };
+    state.run = object_or_empty("run");
+    state.layout = object_or_empty("layout");
+    state.schedule = object_or_empty("schedule");
     state.format_version = version;
     state.manifest = manifest;
     if (version >= 2) {

@@ -9,6 +9,7 @@
 #include <set>
 #include <utility>
 
+#include "odyssey/checkpoint/json_fields.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 #include "odyssey/model/architecture.h"
@@ -136,7 +137,7 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
   auto get_int = [&](const char* key) {
     ODY_CHECK(j.contains(key), "{}: missing '{}'", path, key);
     ODY_CHECK(j[key].is_number_integer(), "{}: '{}' must be an integer, got {}", path, key, j[key].dump());
-    return j[key].get<int64_t>();
+    return json_integer<int>(j[key], fmt::format("{}: field '{}'", path, key));  // never narrowed
   };
   // Fields that change the computation: absent means transformers' default, which is ours.
   auto check = [&](const char* key, auto ok, const char* expected) {
@@ -161,7 +162,8 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
       "layer_norm_epsilon",
       [](const json& v) { return v.is_number() && std::abs(v.get<double>() - 1e-5) <= 1e-12; }, "1e-05");
   check(
-      "n_inner", [&](const json& v) { return v.is_null() || (v.is_number_integer() && v == 4 * c.d_model); },
+      "n_inner",
+      [&](const json& v) { return v.is_null() || (v.is_number_integer() && v == 4 * int64_t(c.d_model)); },
       "null (4 * n_embd)");
   check(
       "tie_word_embeddings", [](const json& v) { return v == true; }, "true (tied LM head)");

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "odyssey/checkpoint/json_fields.h"
 #include "odyssey/checkpoint/safetensors.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
@@ -165,7 +166,7 @@ ModelConfig read_config(const Family& f, const std::string& dir) {
   auto get_int = [&](const json& o, const char* key) {
     ODY_CHECK(o.contains(key), "{}: missing '{}'", path, key);
     ODY_CHECK(o[key].is_number_integer(), "{}: '{}' must be an integer, got {}", path, key, o[key].dump());
-    return int(o[key].get<int64_t>());
+    return json_integer<int>(o[key], fmt::format("{}: field '{}'", path, key));  // never narrowed
   };
   auto get_number = [&](const json& o, const char* key, double fallback) {
     if (!o.contains(key) || o[key].is_null()) return fallback;
@@ -205,11 +206,12 @@ ModelConfig read_config(const Family& f, const std::string& dir) {
   c.rope_theta = get_number(j, "rope_theta", 10000.0);
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object())  // transformers v5
     c.rope_theta = get_number(j["rope_parameters"], "rope_theta", c.rope_theta);
-  c.tie_embeddings = j.value("tie_word_embeddings", false);
+  c.tie_embeddings = JsonFields(j, path).boolean_or("tie_word_embeddings", false);
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& r = j["rope_scaling"];
     ODY_CHECK(r.is_object(), "{}: 'rope_scaling' must be an object or null", path);
-    const std::string type = r.value("rope_type", r.value("type", std::string()));
+    const JsonFields rf(r, path, "rope_scaling.");
+    const std::string type = rf.string_or("rope_type", rf.string_or("type", ""));
     ODY_CHECK(type == "llama3", "{}: rope_scaling type '{}' is not supported (llama3, or none)", path, type);
     RopeScaling& s = c.rope_scaling;
     s.rope_type = type;

@@ -18,6 +18,10 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 
+// The most layers a model may have: the tables and stages are built per layer, and a dry run must
+// answer at once (issue 42).
+inline constexpr int kMaxLayers = 4096;
+
 struct ModelConfig {
   std::string arch = "gpt2";
   int n_layer = 12;

@@ -1,12 +1,18 @@
 #include "odyssey/model/gpt2_params.h"
 
+#include <limits>
 #include <string>
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/param_index.h"
 
 namespace odyssey {
 
 void validate_gpt2(const ModelConfig& c) {
+  // Before 4 * d_model is formed: the MLP's two projections (2 x 4 x d_model) index rows with int.
+  ODY_CHECK(c.d_model <= std::numeric_limits<int>::max() / 8,
+            "model.d_model ({}): GPT-2's MLP is 4 x d_model wide, and twice that must be at most {}",
+            c.d_model, std::numeric_limits<int>::max());
   ODY_CHECK(c.d_model % c.n_head == 0, "model.d_model ({}) must be divisible by model.n_head ({})", c.d_model,
             c.n_head);
   ODY_CHECK(c.n_kv_head == 0 || c.n_kv_head == c.n_head,
@@ -59,9 +65,10 @@ StageParams gpt2_stage_params(const ParamTable& t, const StageRange& range, cons
   p.norm_w = t.try_find("ln_f.weight");
   p.norm_b = t.try_find("ln_f.bias");
   p.layer_begin = range.layer_begin;
+  const ParamIndex index(t);
   for (int l = range.layer_begin; l < range.layer_end; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    auto at = [&](const char* name) { return &t.find(h + name); };
+    auto at = [&](const char* name) { return &index.find(h + name); };
     p.layers.push_back({at("ln_1.weight"), at("ln_1.bias"), at("attn.c_attn.weight"), at("attn.c_attn.bias"),
                         at("attn.c_proj.weight"), at("attn.c_proj.bias"), at("ln_2.weight"), at("ln_2.bias"),
                         at("mlp.c_fc.weight"), at("mlp.c_fc.bias"), at("mlp.c_proj.weight"),

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "odyssey/core/error.h"
+#include "odyssey/model/param_index.h"
 
 namespace odyssey {
 
@@ -79,15 +80,16 @@ StageParams llama_stage_params(const ParamTable& t, const StageRange& range, con
     ODY_CHECK(b->offset == a->offset + a->numel && b->unit == a->unit,
               "parameter table: {} does not follow {}", b->name, a->name);
   };
+  const ParamIndex index(t);
   for (int l = range.layer_begin; l < range.layer_end; ++l) {
     const std::string pre = "model.layers." + std::to_string(l) + ".";
-    auto at = [&](const char* name) { return &t.find(pre + name); };
+    auto at = [&](const char* name) { return &index.find(pre + name); };
     BlockParamInfos b;
     b.norm1_w = at("input_layernorm.weight");
     b.qkv_w = at("self_attn.q_proj.weight");
     adjacent(b.qkv_w, at("self_attn.k_proj.weight")),
         adjacent(at("self_attn.k_proj.weight"), at("self_attn.v_proj.weight"));
-    b.qkv_b = t.try_find(pre + "self_attn.q_proj.bias");
+    b.qkv_b = index.try_find(pre + "self_attn.q_proj.bias");
     if (b.qkv_b)
       adjacent(b.qkv_b, at("self_attn.k_proj.bias")),
           adjacent(at("self_attn.k_proj.bias"), at("self_attn.v_proj.bias"));

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "odyssey/core/checked_int.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/rng.h"
 #include "odyssey/model/architecture.h"
@@ -11,7 +12,13 @@
 namespace odyssey {
 
 int64_t ModelConfig::num_parameters() const {
-  return ParamTable(*this).total();
+  // Every layer holds the same tensors: a one- and a two-layer model give the count without a table of
+  // n_layer layers (work proportional to a key, before the memory check that may refuse it).
+  ModelConfig one = *this, two = *this;
+  one.n_layer = 1, two.n_layer = 2;
+  const int64_t base = ParamTable(one).total(), per_layer = ParamTable(two).total() - base;
+  return checked_add(base, checked_mul(per_layer, n_layer - 1, "model.n_layer x the parameters of a layer"),
+                     "the model's parameters");
 }
 
 ParamTable::ParamTable(const ModelConfig& config)
@@ -46,56 +53,58 @@ void ParamTable::append(const ParamInfo& like) {
             s.count, s.parts, s.dim);
   p.unit = unit_;
   p.numel = 1;
-  for (int64_t d : p.local_shape()) p.numel *= d;
+  for (int64_t d : p.local_shape()) p.numel = checked_mul(p.numel, d, p.name);
   p.offset = total_;
-  total_ += p.numel;
+  total_ = checked_add(total_, p.numel, "the model's parameters");
   tensors_.push_back(std::move(p));
 }
 
 ParamTable ParamTable::units(int first, int last) const {
   ODY_CHECK(first >= 0 && first <= last && last < num_units(), "units [{}, {}] outside the model's {} units",
             first, last, num_units());
+  // One pass: the tensors are in unit order (a table appends to its last unit only).
   ParamTable t;
-  for (int u = first; u <= last; ++u) {
-    if (u > first) t.begin_unit();
-    for (const ParamInfo& p : tensors_)
-      if (p.unit == u) t.append(p);
+  int u = first;
+  for (const ParamInfo& p : tensors_) {
+    if (p.unit < first || p.unit > last) continue;
+    for (; u < p.unit; ++u) t.begin_unit();
+    t.append(p);
   }
+  for (; u < last; ++u) t.begin_unit();
   return t;
 }
 
 ParamTable ParamTable::tensor_parallel(int t, int r) const {
   ODY_CHECK(t >= 1 && r >= 0 && r < t, "tensor parallelism: rank {} of {}", r, t);
   ParamTable out;
-  for (int u = 0; u < num_units(); ++u) {
-    if (u > 0) out.begin_unit();
-    for (ParamInfo p : tensors_) {
-      if (p.unit != u) continue;
-      const TpRule& rule = p.tp;
-      if (t > 1 && rule.dim >= 0) {
-        const int64_t extent = p.shape[size_t(rule.dim)];
-        TensorShard s{rule.dim, r, t, rule.parts, 0};
-        if (rule.vocab) {
-          s.padded = (extent + t - 1) / t * t;
-        } else if (rule.kv && t > rule.heads) {
-          ODY_CHECK(t % rule.heads == 0,
-                    "parameter {}: model.n_kv_head = {} and parallel.tp = {} must divide one another", p.name,
-                    rule.heads, t);
-          s.index = r / (t / rule.heads), s.count = rule.heads;  // one head, on t / heads ranks
-        } else {
-          ODY_CHECK(rule.heads == 0 || rule.heads % t == 0,
-                    "parameter {}: its {} heads (model.n_head / model.n_kv_head) do not split over "
-                    "parallel.tp = {}",
-                    p.name, rule.heads, t);
-          ODY_CHECK(extent % (int64_t(rule.parts) * t) == 0,
-                    "parameter {}: dimension {} of size {} does not split over parallel.tp = {}", p.name,
-                    rule.dim, extent, t);
-        }
-        p.shard = s;
+  int u = 0;  // one pass, as units() does
+  for (ParamInfo p : tensors_) {
+    for (; u < p.unit; ++u) out.begin_unit();
+    const TpRule& rule = p.tp;
+    if (t > 1 && rule.dim >= 0) {
+      const int64_t extent = p.shape[size_t(rule.dim)];
+      TensorShard s{rule.dim, r, t, rule.parts, 0};
+      if (rule.vocab) {
+        s.padded = (extent + t - 1) / t * t;
+      } else if (rule.kv && t > rule.heads) {
+        ODY_CHECK(t % rule.heads == 0,
+                  "parameter {}: model.n_kv_head = {} and parallel.tp = {} must divide one another", p.name,
+                  rule.heads, t);
+        s.index = r / (t / rule.heads), s.count = rule.heads;  // one head, on t / heads ranks
+      } else {
+        ODY_CHECK(rule.heads == 0 || rule.heads % t == 0,
+                  "parameter {}: its {} heads (model.n_head / model.n_kv_head) do not split over "
+                  "parallel.tp = {}",
+                  p.name, rule.heads, t);
+        ODY_CHECK(extent % (int64_t(rule.parts) * t) == 0,
+                  "parameter {}: dimension {} of size {} does not split over parallel.tp = {}", p.name,
+                  rule.dim, extent, t);
       }
-      out.append(p);
+      p.shard = s;
     }
+    out.append(p);
   }
+  for (; u < num_units() - 1; ++u) out.begin_unit();
   out.finish();
   return out;
 }

@@ -265,10 +265,12 @@ std::vector<std::pair<int, int>> stage_layers(int n_layer, int stages, const std
       "parallel.pp_layers has {} entries, expected one per stage: parallel.pp x parallel.pp_virtual = {}",
       layers.size(), stages);
   std::vector<std::pair<int, int>> ranges;
-  int begin = 0;
+  int64_t begin = 0;  // a sum of entries: 64 bits, and checked against n_layer entry by entry
   for (int n : layers) {
     ODY_CHECK(n >= 1, "parallel.pp_layers: every stage needs at least one layer, got {}", n);
-    ranges.push_back({begin, begin + n});
+    ODY_CHECK(begin + n <= n_layer, "parallel.pp_layers places more than the {} layers of model.n_layer",
+              n_layer);
+    ranges.push_back({int(begin), int(begin + n)});
     begin += n;
   }
   ODY_CHECK(begin == n_layer, "parallel.pp_layers places {} layers, model.n_layer is {}", begin, n_layer);

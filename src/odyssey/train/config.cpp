@@ -1,12 +1,15 @@
 #include "odyssey/train/config.h"
 
 #include <toml++/toml.h>
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <map>
+#include <thread>
 
+#include "odyssey/core/checked_int.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/file_util.h"
 #include "odyssey/data/tokenizer.h"
@@ -316,6 +319,16 @@ const std::map<std::string, Key>& keys() {
 #undef ODY_KEY
 #undef ODY_ENUM_KEY
 
+// Limits of issue 42 (docs/reliability-hardening.md): each named in its error.
+constexpr const char* kLayoutKeys = "parallel.sp_ulysses x parallel.sp_ring x parallel.tp x parallel.pp";
+constexpr int64_t kMaxPipelineMicroBatches = 1 << 16;  // the schedule is built per micro-batch
+constexpr int kThreadsPerCpu = 4;
+constexpr double kMaxBudgetGb = double(int64_t{1} << 30);  // 1 EiB
+
+int host_logical_cpus() {
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
 const Key& find_key(const std::string& name, const std::string& source) {
   auto it = keys().find(name);
   ODY_CHECK(it != keys().end(), "{}: unknown config key '{}'", source, name);
@@ -402,6 +415,10 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.seq_len >= 0, "train.seq_len must be >= 0 (0 = model.seq_len), got {}", t.seq_len);
   ODY_CHECK(seq_len() <= model.seq_len, "train.seq_len ({}) exceeds the model's context model.seq_len ({})",
             seq_len(), model.seq_len);
+  // Token indices within a micro-batch are 32-bit (the kernels' rows: N = B x T).
+  ODY_CHECK(int64_t(t.micro_batch) * seq_len() <= std::numeric_limits<int>::max(),
+            "train.micro_batch ({}) x train.seq_len ({}) = {} tokens per micro-batch: at most {}",
+            t.micro_batch, seq_len(), int64_t(t.micro_batch) * seq_len(), std::numeric_limits<int>::max());
   ODY_CHECK(t.lr > 0, "train.lr must be positive, got {}", t.lr);
   ODY_CHECK(t.min_lr >= 0 && t.min_lr <= t.lr, "train.min_lr ({}) must be in [0, train.lr={}]", t.min_lr,
             t.lr);
@@ -417,7 +434,16 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(t.eval_rows >= 0, "train.eval_rows must be >= 0, got {}", t.eval_rows);
   ODY_CHECK(t.exit_after >= 0, "train.exit_after must be >= 0, got {}", t.exit_after);
   ODY_CHECK(t.threads >= 0, "train.threads must be >= 0, got {}", t.threads);
+  // Resource keys against the host: threads beyond a few per logical CPU only oversubscribe (and tens of
+  // thousands fail inside the OpenMP runtime); budgets beyond 1 EiB leave the 64-bit byte counts.
+  const int max_threads = kThreadsPerCpu * host_logical_cpus();
+  ODY_CHECK(
+      t.threads <= max_threads,
+      "train.threads ({}) is more than {} x this host's {} logical CPUs ({}); 0 takes the cores per rank",
+      t.threads, kThreadsPerCpu, host_logical_cpus(), max_threads);
   ODY_CHECK(t.host_memory_gb >= 0, "train.host_memory_gb must be >= 0, got {}", t.host_memory_gb);
+  ODY_CHECK(t.host_memory_gb <= kMaxBudgetGb, "train.host_memory_gb must be at most {} (1 EiB), got {}",
+            kMaxBudgetGb, t.host_memory_gb);
   ODY_CHECK(t.gemm_gflops >= 0 && std::isfinite(t.gemm_gflops),
             "train.gemm_gflops must be a finite rate >= 0 (0: the hardware peak), got {}", t.gemm_gflops);
   ODY_CHECK(!data.train.empty() || t.steps == 0, "data.train must name the training token shards");
@@ -429,13 +455,20 @@ void RunConfig::validate(int world_size) const {
                          {"parallel.pp", p.pp}})
     ODY_CHECK(v >= 1, "{} must be >= 1, got {}", name, v);
   ODY_CHECK(p.dp >= 0, "parallel.dp must be >= 1 (or 0 to derive it), got {}", p.dp);
-  int non_dp = p.sp_ulysses * p.sp_ring * p.tp * p.pp;
-  int dp = p.dp > 0 ? p.dp : world_size / non_dp;
-  ODY_CHECK(dp >= 1 && dp * non_dp == world_size,
-            "parallel.dp ({}) x parallel.sp_ulysses ({}) x parallel.sp_ring ({}) x parallel.tp ({}) x "
-            "parallel.pp ({}) "
-            "must equal the world size ({})",
-            p.dp, p.sp_ulysses, p.sp_ring, p.tp, p.pp, world_size);
+  // The degrees' product in 64 bits, refused as soon as it passes the world size (an int product of
+  // two large degrees wraps, to 0 at 2^32: a division by zero).
+  auto not_the_world = [&] {
+    fail(
+        "parallel.dp ({}) x parallel.sp_ulysses ({}) x parallel.sp_ring ({}) x parallel.tp ({}) x "
+        "parallel.pp ({}) must equal the world size ({})",
+        p.dp, p.sp_ulysses, p.sp_ring, p.tp, p.pp, world_size);
+  };
+  int64_t non_dp = 1;
+  for (int degree : {p.sp_ulysses, p.sp_ring, p.tp, p.pp})
+    if ((non_dp = checked_mul(non_dp, degree, kLayoutKeys)) > world_size) not_the_world();
+  const int64_t dp64 = p.dp > 0 ? p.dp : world_size / non_dp;
+  if (dp64 < 1 || checked_mul(dp64, non_dp, kLayoutKeys) != world_size) not_the_world();
+  const int dp = int(dp64);  // <= world_size
   ODY_CHECK(p.zero_stage >= 0 && p.zero_stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             p.zero_stage);
   if (p.tp > 1) {
@@ -505,7 +538,9 @@ void RunConfig::validate(int world_size) const {
             "parallel.ranks_per_node ({}) must divide the world size ({})", p.ranks_per_node, world_size);
   ODY_CHECK(p.bucket_mb >= 0, "parallel.bucket_mb must be >= 0 (0: one unit per bucket), got {}",
             p.bucket_mb);
-  ODY_CHECK(t.global_batch % (t.micro_batch * dp) == 0,
+  ODY_CHECK(p.bucket_mb <= kMaxBudgetGb * 1e3, "parallel.bucket_mb must be at most {} (1 EB), got {}",
+            kMaxBudgetGb * 1e3, p.bucket_mb);
+  ODY_CHECK(t.global_batch % checked_mul(t.micro_batch, dp, "train.micro_batch x parallel.dp") == 0,
             "train.global_batch ({}) must be a multiple of train.micro_batch ({}) x parallel.dp ({})",
             t.global_batch, t.micro_batch, dp);
   // Pipeline: the schedule must exist for this shape and the split place every layer, before any work.
@@ -513,10 +548,23 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(p.pp > 1 || (p.pp_virtual == 1 && p.pp_layers.empty()),
             "parallel.pp_virtual / parallel.pp_layers need parallel.pp > 1 (got parallel.pp = {})", p.pp);
   if (p.pp > 1) {
-    const int m = t.global_batch / std::max(1, t.micro_batch * dp);
-    build_schedule(p.pp_schedule, PipelineShape{p.pp, p.pp_virtual, std::max(m, 1)});
+    // Cheap bounds first: the schedule and the split are built per stage and per micro-batch.
+    const int64_t stages = checked_mul(p.pp, p.pp_virtual, "parallel.pp x parallel.pp_virtual");
+    const int64_t m = t.global_batch / (int64_t(t.micro_batch) * dp);
+    ODY_CHECK(m <= kMaxPipelineMicroBatches,
+              "train.global_batch ({}) / (train.micro_batch ({}) x parallel.dp ({})) = {} micro-batches per "
+              "step: a pipeline schedules at most {}; raise train.micro_batch",
+              t.global_batch, t.micro_batch, dp, m, kMaxPipelineMicroBatches);
+    // Every pipeline rank needs a layer before its schedule is built (a table per rank): interleaving
+    // builds pp x pp_virtual stages, the other schedules refuse pp_virtual > 1 at once.
+    const int64_t needed = p.pp_schedule == PipelineSchedule::interleaved ? stages : p.pp;
+    ODY_CHECK(
+        needed <= model.n_layer,
+        "pipeline: model.n_layer ({}) must be at least the number of stages ({}: parallel.pp x pp_virtual)",
+        model.n_layer, needed);
+    build_schedule(p.pp_schedule, PipelineShape{p.pp, p.pp_virtual, int(std::max<int64_t>(m, 1))});
     check_schedule_zero_stage(p.pp_schedule, p.zero_stage);
-    stage_layers(model.n_layer, p.pp * p.pp_virtual, p.pp_layers);
+    stage_layers(model.n_layer, int(stages), p.pp_layers);
   }
   {
     CommOptions co;
@@ -557,6 +605,8 @@ void RunConfig::validate(int world_size) const {
             "memory.disk_budget_gb must be >= 0 (0: the free space of "
             "memory.offload_dir less 10%), got {}",
             memory.disk_budget_gb);
+  ODY_CHECK(memory.disk_budget_gb <= kMaxBudgetGb, "memory.disk_budget_gb must be at most {} (1 EiB), got {}",
+            kMaxBudgetGb, memory.disk_budget_gb);
   ODY_CHECK(log.every >= 1, "log.every must be >= 1, got {}", log.every);
 }
 

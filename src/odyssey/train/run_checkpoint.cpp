@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "odyssey/checkpoint/checkpoint.h"
+#include "odyssey/checkpoint/same_model.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
@@ -10,18 +11,6 @@
 #include "odyssey/train/sharded_checkpoint.h"
 
 namespace odyssey {
-
-namespace {
-
-// Refuses to resume a checkpoint whose model differs from the configured one, naming the key.
-void check_same_model(const ModelConfig& want, const ModelConfig& have, const std::string& dir) {
-  const nlohmann::json w = model_config_to_json(want), h = model_config_to_json(have);
-  for (const auto& [key, value] : w.items())
-    ODY_CHECK(h.at(key) == value, "checkpoint {} has model.{}={}, the config says {}", dir, key,
-              h.at(key).dump(), value.dump());
-}
-
-}  // namespace
 
 int64_t resume_or_init(Layout& layout) {
   const RunConfig& config = layout.config;

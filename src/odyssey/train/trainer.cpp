@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <new>
+#include <optional>
 
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
 #include "odyssey/comm/wire_bytes.h"
+#include "odyssey/core/error.h"
 #include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
@@ -213,7 +216,21 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   world.barrier();
   const uint64_t host_available = available_memory_bytes();
   world.barrier();
-  Layout layout(config, world);
+  // The buffers are mapped as the layout is built (pages taken only when written); a budget above this
+  // host's memory (train.host_memory_gb) can pass a model whose mappings the OS refuses.
+  std::optional<Layout> built;
+  try {
+    built.emplace(config, world);
+  } catch (const std::bad_alloc&) {
+    fail(
+        "the model (model.n_layer {}, model.d_model {}, model.vocab_size {}: {} parameters) cannot be mapped "
+        "on this host{}",
+        config.model.n_layer, config.model.d_model, config.model.vocab_size, config.model.num_parameters(),
+        tc.host_memory_gb > 0
+            ? fmt::format(" (train.host_memory_gb = {} is more than it has)", tc.host_memory_gb)
+            : "");
+  }
+  Layout& layout = *built;
   const bool root = layout.root();
   std::string auto_note;
   const HostMemoryNeed need = plan_memory(layout, host_available, dry_run, &auto_note);
@@ -240,7 +257,9 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   result.steps = start_step;
   double total_tokens_per_s = 0;
   StopSignals stop_signals;
-  const int64_t end_step = tc.exit_after > 0 ? std::min(tc.steps, start_step + tc.exit_after) : tc.steps;
+  // exit_after compared with the steps left, so that a huge value cannot overflow start_step + exit_after.
+  const int64_t end_step =
+      tc.exit_after > 0 && tc.exit_after < tc.steps - start_step ? start_step + tc.exit_after : tc.steps;
   const Progress progress(start_step, end_step);
 
   // Loop: step, record, evaluate, save, and stop (saving) when any rank was signalled.
