@@ -58,10 +58,10 @@ for how in fail TERM INT; do
     # signal): the child gets the default dispositions back, as a test started by ctest has them.
     python3 -c 'import os, signal, sys
 for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
-os.execvp(sys.argv[1], sys.argv[1:])' bash "$child" "$ODYSSEY" "$ROOT" wait >/dev/null 2>&1 &
+os.execvp(sys.argv[1], sys.argv[1:])' bash "$child" "$ODYSSEY" "$ROOT" wait >"$WORK/child_$how.log" 2>&1 &
     pid=$!
     sleep 5
-    kill -0 $pid 2>/dev/null || fail "the child test ended before it was interrupted"
+    kill -0 $pid 2>/dev/null || fail "the child test ended before it was interrupted: $(tail -n 5 "$WORK/child_$how.log")"
     kill -$how $pid
     wait $pid
   fi

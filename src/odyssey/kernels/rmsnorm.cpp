@@ -24,22 +24,32 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
   }
 }
 
+namespace {
+
+// One row's backward, compiled once: NormGradSums::add calls its row function from two loops (whole
+// blocks, the remainder), and g++ vectorized the reduction over C differently in the two inlined
+// copies on AVX2, so a row's dx depended on where a piece boundary put it (pieces were not the one
+// call's bits). Every row now runs this same code.
+[[gnu::noinline]] void rmsnorm_backward_row(float* dx, float* pw, const float* dy, const float* x,
+                                            const float* weight, float r, int C) {
+  float gx = 0.0f;
+#pragma omp simd reduction(+ : gx)
+  for (int c = 0; c < C; ++c) gx += dy[c] * weight[c] * x[c];
+  const float k = r * r * r * gx / C;
+#pragma omp simd
+  for (int c = 0; c < C; ++c) {
+    dx[c] += r * dy[c] * weight[c] - x[c] * k;
+    pw[c] += dy[c] * (x[c] * r);
+  }
+}
+
+}  // namespace
+
 void rmsnorm_backward_rows(float* dinp, NormGradSums& sums, const float* dout, const float* inp,
                            const float* weight, const float* rstd, int n, int C) {
   sums.add(n, [&](int row, float* pw) {
-    const float* x = inp + static_cast<size_t>(row) * C;
-    const float* dy = dout + static_cast<size_t>(row) * C;
-    float* dx = dinp + static_cast<size_t>(row) * C;
-    const float r = rstd[row];
-    float gx = 0.0f;
-#pragma omp simd reduction(+ : gx)
-    for (int c = 0; c < C; ++c) gx += dy[c] * weight[c] * x[c];
-    const float k = r * r * r * gx / C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) {
-      dx[c] += r * dy[c] * weight[c] - x[c] * k;
-      pw[c] += dy[c] * (x[c] * r);
-    }
+    const size_t o = static_cast<size_t>(row) * C;
+    rmsnorm_backward_row(dinp + o, pw, dout + o, inp + o, weight, rstd[row], C);
   });
 }
 
