@@ -107,7 +107,7 @@ model too large, dry run|model.n_layer 4000.*does not fit on this host|"\${T[@]}
 layout product beyond 32 bits|parallel.dp \(0\) x parallel.sp_ulysses \(65536\) x parallel.sp_ring \(65536\) .*world size \(1\)|"\${T[@]}" --set parallel.sp_ulysses=65536 --set parallel.sp_ring=65536
 tp x pp beyond 32 bits|parallel.tp \(65536\) x parallel.pp \(65536\) must equal the world size \(1\)|"\${T[@]}" --set parallel.tp=65536 --set parallel.pp=65536
 tokens per micro-batch beyond 32 bits|train.micro_batch \(2147483647\) x train.seq_len \(37\)|"\${T[@]}" --set train.micro_batch=2147483647 --set train.global_batch=2147483647
-GPT-2 MLP width beyond 32 bits|model.d_model \(1073741824\)|"\${T[@]}" --set model.d_model=1073741824 --set model.n_head=1 --dry-run
+GPT-2 MLP width beyond 32 bits|twice the MLP width must be at most|"\${T[@]}" --set model.d_model=268435456 --set model.n_head=1 --dry-run
 many layers, dry run|model.n_layer \(100000\) is more than|"\${T[@]}" --set model.n_layer=100000 --set model.d_model=8 --set model.n_head=1 --set train.host_memory_gb=100000 --dry-run
 threads beyond the host|train.threads \(100000000\) is more than|"\${T[@]}" --set train.threads=100000000
 memory budget beyond the address space|train.host_memory_gb must be at most|"\${T[@]}" --set train.host_memory_gb=1e300

@@ -50,7 +50,7 @@ TOML
 out=$("$ODYSSEY" generate --checkpoint "$WORK/run" --prompt "The jury said" --max-tokens 8 --temperature 0 2>/dev/null)
 [[ "$out" == "The jury said"* ]] && echo "ok: generate decodes with llama3: $(head -c 60 <<<"$out")" ||
   fail "generate: '$out'"
-expect_error "unknown data.tokenizer" "data.tokenizer: unknown tokenizer 'llama4'" "$ODYSSEY" train --config "$cfg" \
+expect_error "unknown data.tokenizer" "data.tokenizer: unknown value 'llama4'" "$ODYSSEY" train --config "$cfg" \
   --set data.tokenizer=llama4 --set "checkpoint.dir=$WORK/bad"
 expect_error "missing rank file" "fetch_tokenizer.sh o200k_base" env ODYSSEY_CACHE="$WORK/empty" "$ODYSSEY" prepare \
   --input "${text[0]}" --output "$WORK/bad" --tokenizer o200k_base

@@ -37,14 +37,16 @@ expect_error "bad rate" "rate" bash "$CLUSTER" up 2 --name mhbad --rate fast
 [ -z "$(left mhbad)" ] && echo "ok: a failed up leaves nothing" || fail "failed up left: $(left mhbad)"
 
 # A test that fails, or is interrupted, while its ranks run on the hosts: a child test of its own
-# (this file's helpers), whose cluster must be gone when it has ended.
+# (this file's helpers), whose cluster must be gone when it has ended. Each child trains into a
+# directory of its own: a child stopped by a signal saves a checkpoint there, which a later child's
+# run would refuse to overwrite (ending at once, before it could be interrupted).
 child="$WORK/child.sh"
 cat >"$child" <<CHILD
 # args: odyssey, repo root, fail | wait
 source "$ROOT/tests/multihost/common.sh" "\$1" "\$2"
 cluster_up 2
 mpirun "\${CLUSTER_ARGS[@]}" -np 4 "$ODYSSEY" train --config "$cfg" --set train.steps=100000 --set train.micro_batch=1 \\
-  --set "checkpoint.dir=$WORK/orphan" >/dev/null 2>&1 &
+  --set "checkpoint.dir=$WORK/orphan-\$\$" >/dev/null 2>&1 &
 sleep 3
 [ "\$3" = fail ] && { fail "deliberately"; finish; }
 wait
