@@ -547,14 +547,16 @@ void RunConfig::validate(int world_size) const {
   ODY_CHECK(p.pp_virtual >= 1, "parallel.pp_virtual must be >= 1, got {}", p.pp_virtual);
   ODY_CHECK(p.pp > 1 || (p.pp_virtual == 1 && p.pp_layers.empty()),
             "parallel.pp_virtual / parallel.pp_layers need parallel.pp > 1 (got parallel.pp = {})", p.pp);
+  // Cheap bounds first: the step's schedule is built per micro-batch, for every layout (pp = 1 is a
+  // one-stage pipeline, train/layout_builder.h).
+  const int64_t m = t.global_batch / (int64_t(t.micro_batch) * dp);
+  ODY_CHECK(m <= kMaxPipelineMicroBatches,
+            "train.global_batch ({}) / (train.micro_batch ({}) x parallel.dp ({})) = {} micro-batches per "
+            "step: a step schedules at most {}; raise train.micro_batch",
+            t.global_batch, t.micro_batch, dp, m, kMaxPipelineMicroBatches);
   if (p.pp > 1) {
-    // Cheap bounds first: the schedule and the split are built per stage and per micro-batch.
+    // The split is built per stage.
     const int64_t stages = checked_mul(p.pp, p.pp_virtual, "parallel.pp x parallel.pp_virtual");
-    const int64_t m = t.global_batch / (int64_t(t.micro_batch) * dp);
-    ODY_CHECK(m <= kMaxPipelineMicroBatches,
-              "train.global_batch ({}) / (train.micro_batch ({}) x parallel.dp ({})) = {} micro-batches per "
-              "step: a pipeline schedules at most {}; raise train.micro_batch",
-              t.global_batch, t.micro_batch, dp, m, kMaxPipelineMicroBatches);
     // Every pipeline rank needs a layer before its schedule is built (a table per rank): interleaving
     // builds pp x pp_virtual stages, the other schedules refuse pp_virtual > 1 at once.
     const int64_t needed = p.pp_schedule == PipelineSchedule::interleaved ? stages : p.pp;
