@@ -141,6 +141,56 @@ const Entry& cached(const Key& key) {
   return it->second;
 }
 
+// The largest bf16 scratchpad any call took (gemm_bf16_scratchpad_bytes: the bytes are countable).
+std::atomic<uint64_t> largest_scratchpad{0};
+void note_scratchpad(uint64_t bytes) {
+  uint64_t seen = largest_scratchpad.load();
+  while (seen < bytes && !largest_scratchpad.compare_exchange_weak(seen, bytes)) {
+  }
+}
+
+// The leading dimensions of A and C (0: dense), checked against the sizes; `name` is the caller's.
+struct RowStrides {
+  int64_t a, c;
+};
+RowStrides checked_row_strides(const char* name, int M, int N, int K, bool trans_a, GemmLd ld) {
+  ODY_CHECK(M >= 0 && N >= 0 && K >= 0, "{}: negative size M={} N={} K={}", name, M, N, K);
+  const RowStrides s{ld.a > 0 ? ld.a : (trans_a ? M : K), ld.c > 0 ? ld.c : N};
+  ODY_CHECK(s.a >= (trans_a ? M : K) && s.c >= N,
+            "{}: row strides lda={} ldc={} narrower than M={} N={} K={}", name, s.a, s.c, M, N, K);
+  return s;
+}
+
+// Runs the cached primitive of `key` on the caller's operands (scratchpad: the user-managed one of the
+// bf16 primitives, else null); oneDNN's errors become odyssey::Error naming `name` and the shape.
+template <class In, class Out>
+void execute(const char* name, const Key& key, Out* C, const In* A, const In* B, const float* bias,
+             std::vector<uint8_t>* scratchpad) {
+  const auto& [M, N, K, trans_a, trans_b, accumulate, has_bias, threads, lda, ldb, ldc, operands] = key;
+  (void)accumulate, (void)has_bias, (void)threads, (void)lda, (void)ldb, (void)ldc, (void)operands;
+  try {
+    const Entry& e = cached(key);
+    auto& engine = cpu_engine();
+    // oneDNN takes non-const handles; inputs are only read.
+    memory a(e.a, engine, const_cast<In*>(A));
+    memory b(e.b, engine, const_cast<In*>(B));
+    memory c(e.c, engine, C);
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine, const_cast<float*>(bias)));
+    if (scratchpad) {
+      const size_t pad_bytes = e.scratchpad.get_size();
+      if (scratchpad->size() < pad_bytes) scratchpad->resize(pad_bytes);
+      note_scratchpad(pad_bytes);
+      args.emplace(DNNL_ARG_SCRATCHPAD, memory(e.scratchpad, engine, scratchpad->data()));
+    }
+    e.prim.execute(cpu_stream(), args);
+    cpu_stream().wait();
+  } catch (const dnnl::error& err) {
+    fail("{} M={} N={} K={} trans_a={} trans_b={}: oneDNN error: {}", name, M, N, K, trans_a, trans_b,
+         err.what());
+  }
+}
+
 // K == 0: the product is empty, C = bias (+ C). oneDNN is not asked about empty reductions.
 void gemm_empty_k(float* C, int64_t ldc, const float* bias, int M, int N, bool accumulate) {
   for (int i = 0; i < M; ++i) {
@@ -153,10 +203,7 @@ void gemm_empty_k(float* C, int64_t ldc, const float* bias, int M, int N, bool a
 
 void gemm(float* C, const float* A, const float* B, const float* bias, int M, int N, int K, bool trans_a,
           bool trans_b, bool accumulate, GemmLd ld) {
-  ODY_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm: negative size M={} N={} K={}", M, N, K);
-  const int64_t lda = ld.a > 0 ? ld.a : (trans_a ? M : K), ldc = ld.c > 0 ? ld.c : N;
-  ODY_CHECK(lda >= (trans_a ? M : K) && ldc >= N,
-            "gemm: row strides lda={} ldc={} narrower than M={} N={} K={}", lda, ldc, M, N, K);
+  const auto [lda, ldc] = checked_row_strides("gemm", M, N, K, trans_a, ld);
   if (M == 0 || N == 0) return;
   if (K == 0) return gemm_empty_k(C, ldc, bias, M, N, accumulate);
   const bool pad = pads_b(M, N, K, trans_a, trans_b);
@@ -164,21 +211,7 @@ void gemm(float* C, const float* A, const float* B, const float* bias, int M, in
   if (pad) B = padded_copy(B, K, N, ldb);
   Key key{M,   N,   K,   trans_a,      trans_b, accumulate, bias != nullptr, omp_get_max_threads(),
           lda, ldb, ldc, Operands::f32};
-  try {
-    const Entry& e = cached(key);
-    auto& engine = cpu_engine();
-    // oneDNN takes non-const handles; inputs are only read.
-    memory a(e.a, engine, const_cast<float*>(A));
-    memory b(e.b, engine, const_cast<float*>(B));
-    memory c(e.c, engine, C);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine, const_cast<float*>(bias)));
-    e.prim.execute(cpu_stream(), args);
-    cpu_stream().wait();
-  } catch (const dnnl::error& err) {
-    fail("gemm M={} N={} K={} trans_a={} trans_b={}: oneDNN error: {}", M, N, K, trans_a, trans_b,
-         err.what());
-  }
+  execute<float, float>("gemm", key, C, A, B, bias, nullptr);
 }
 
 namespace {
@@ -202,7 +235,6 @@ Bf16Scratch& bf16_scratch() {
   thread_local Bf16Scratch scratch;
   return scratch;
 }
-std::atomic<uint64_t> largest_scratchpad{0};
 
 // A stored [rows, cols] bf16 matrix, rows ld apart, widened into dst [rows, cols] (dense; exact).
 void widen_rows(const bf16* src, int rows, int cols, int64_t ld, float* dst) {
@@ -251,10 +283,7 @@ void fallback(Dst* C, const bf16* A, const bf16* B, const float* bias, int M, in
 template <class Dst>
 void gemm_bf16_any(Dst* C, const bf16* A, const bf16* B, const float* bias, int M, int N, int K, bool trans_a,
                    bool trans_b, bool accumulate, GemmLd ld) {
-  ODY_CHECK(M >= 0 && N >= 0 && K >= 0, "gemm_bf16: negative size M={} N={} K={}", M, N, K);
-  const int64_t lda = ld.a > 0 ? ld.a : (trans_a ? M : K), ldc = ld.c > 0 ? ld.c : N;
-  ODY_CHECK(lda >= (trans_a ? M : K) && ldc >= N,
-            "gemm_bf16: row strides lda={} ldc={} narrower than M={} N={} K={}", lda, ldc, M, N, K);
+  const auto [lda, ldc] = checked_row_strides("gemm_bf16", M, N, K, trans_a, ld);
   if (M == 0 || N == 0) return;
   if (K == 0 || !gemm_bf16_native()) {  // oneDNN is not asked about empty reductions
     if (!gemm_bf16_native()) announce_fallback();
@@ -264,28 +293,7 @@ void gemm_bf16_any(Dst* C, const bf16* A, const bf16* B, const float* bias, int 
   const int64_t ldb = trans_b ? K : N;
   Key key{M,   N,   K,   trans_a, trans_b, accumulate, bias != nullptr, omp_get_max_threads(),
           lda, ldb, ldc, operands};
-  try {
-    const Entry& e = cached(key);
-    auto& engine = cpu_engine();
-    Bf16Scratch& s = bf16_scratch();
-    const size_t pad_bytes = e.scratchpad.get_size();
-    if (s.pad.size() < pad_bytes) s.pad.resize(pad_bytes);
-    uint64_t seen = largest_scratchpad.load();
-    while (seen < pad_bytes && !largest_scratchpad.compare_exchange_weak(seen, pad_bytes)) {
-    }
-    // oneDNN takes non-const handles; inputs are only read.
-    memory a(e.a, engine, const_cast<bf16*>(A));
-    memory b(e.b, engine, const_cast<bf16*>(B));
-    memory c(e.c, engine, C);
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, memory(e.bias, engine, const_cast<float*>(bias)));
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(e.scratchpad, engine, s.pad.data()));
-    e.prim.execute(cpu_stream(), args);
-    cpu_stream().wait();
-  } catch (const dnnl::error& err) {
-    fail("gemm_bf16 M={} N={} K={} trans_a={} trans_b={}: oneDNN error: {}", M, N, K, trans_a, trans_b,
-         err.what());
-  }
+  execute<bf16, Dst>("gemm_bf16", key, C, A, B, bias, &bf16_scratch().pad);
 }
 
 }  // namespace
