@@ -12,6 +12,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention_isa.h"
 #include "odyssey/kernels/cpu_info.h"
+#include "odyssey/kernels/isa_choice.h"
 
 namespace odyssey {
 namespace {
@@ -38,27 +39,9 @@ const std::vector<CompiledPath>& compiled_paths() {
   return paths;
 }
 
-const Path& widest_path() {
-  for (const CompiledPath& p : compiled_paths())
-    if (p.runs_here) return *p.path;
-  return attention_paths::portable;
-}
-
 // The widest path this CPU runs, or the one ODYSSEY_ATTN_ISA names.
 const Path& current_path() {
-  const char* forced = std::getenv("ODYSSEY_ATTN_ISA");
-  if (!forced || !*forced) return widest_path();
-  std::string names;
-  for (const CompiledPath& p : compiled_paths()) {
-    if (p.path->name == std::string_view(forced)) {
-      ODY_CHECK(p.runs_here, "ODYSSEY_ATTN_ISA={}: this CPU ({}) does not support that instruction set",
-                forced, cpu_info().model);
-      return *p.path;
-    }
-    names += names.empty() ? "" : ", ";
-    names += p.path->name;
-  }
-  fail("ODYSSEY_ATTN_ISA={}: not an attention path of this build (it has: {})", forced, names);
+  return choose_isa_path(compiled_paths(), "ODYSSEY_ATTN_ISA", "an attention path");
 }
 
 }  // namespace

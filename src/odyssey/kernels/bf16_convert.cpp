@@ -12,7 +12,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/bf16_convert_isa.h"
 #include "odyssey/kernels/bf16_convert_lanes.h"
-#include "odyssey/kernels/cpu_info.h"
+#include "odyssey/kernels/isa_choice.h"
 
 namespace odyssey {
 
@@ -41,22 +41,7 @@ namespace {
 
 // The widest path this CPU runs, or the one ODYSSEY_BF16_ISA names.
 const Bf16ConvertPath& choose_path() {
-  const char* forced = std::getenv("ODYSSEY_BF16_ISA");
-  std::string names;
-  for (const Bf16ConvertPathSupport& p : bf16_convert_paths()) {
-    if (!forced || !*forced) {
-      if (p.runs_here) return *p.path;
-      continue;
-    }
-    if (p.path->name == std::string_view(forced)) {
-      ODY_CHECK(p.runs_here, "ODYSSEY_BF16_ISA={}: this CPU ({}) does not support that instruction set",
-                forced, cpu_info().model);
-      return *p.path;
-    }
-    names += names.empty() ? "" : ", ";
-    names += p.path->name;
-  }
-  fail("ODYSSEY_BF16_ISA={}: not a bf16 conversion path of this build (it has: {})", forced, names);
+  return choose_isa_path(bf16_convert_paths(), "ODYSSEY_BF16_ISA", "a bf16 conversion path");
 }
 
 // Calls below this size run on the calling thread; larger ones split into pieces of whole 128-element
