@@ -38,37 +38,19 @@ inline const std::vector<std::string>& extreme_integers() {
   return values;
 }
 
-// Two small models; the caller appends a [data] train shard and a [checkpoint] dir.
-inline constexpr const char* kBaseGpt2 = R"([model]
-arch = "gpt2"
-n_layer = 2
-n_head = 4
-d_model = 32
-seq_len = 32
-vocab_size = 256
-
-[train]
-steps = 1
-global_batch = 4
-micro_batch = 2
-threads = 1
-)";
-
-inline constexpr const char* kBaseLlama = R"([model]
-arch = "llama"
-n_layer = 2
-n_head = 4
-n_kv_head = 2
-d_model = 32
-d_ff = 64
-seq_len = 32
-vocab_size = 256
-
-[train]
-steps = 1
-global_batch = 4
-micro_batch = 2
-threads = 1
-)";
+// The small models the dry runs start from: GPT-2, or Llama (with grouped-query heads and its own
+// d_ff), of the same size and training setup; the caller appends a [data] train shard and a [checkpoint]
+// dir.
+enum class BaseModel { gpt2, llama };
+inline const char* base_model_name(BaseModel model) {
+  return model == BaseModel::llama ? "llama" : "gpt2";
+}
+inline std::string base_config(BaseModel model) {
+  const bool llama = model == BaseModel::llama;
+  return std::string("[model]\narch = \"") + base_model_name(model) + "\"\n" +
+         "n_layer = 2\nn_head = 4\nd_model = 32\nseq_len = 32\nvocab_size = 256\n" +
+         (llama ? "n_kv_head = 2\nd_ff = 64\n" : "") +
+         "\n[train]\nsteps = 1\nglobal_batch = 4\nmicro_batch = 2\nthreads = 1\n";
+}
 
 }  // namespace odyssey::fuzz

@@ -95,7 +95,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t head = r.byte();
   static const int kWorlds[] = {1, 2, 3, 4, 8, 16, 64, 1024, 1 << 20, 2147483647};
   const int world = kWorlds[(head >> 1) % std::size(kWorlds)];
-  std::string base = (head & 1) ? odyssey::fuzz::kBaseLlama : odyssey::fuzz::kBaseGpt2;
+  std::string base = odyssey::fuzz::base_config((head & 1) ? odyssey::fuzz::BaseModel::llama
+                                                           : odyssey::fuzz::BaseModel::gpt2);
   base += "\n[data]\ntrain = \"" + train_shard() + "\"\n[checkpoint]\ndir = \"" +
           (odyssey::fuzz::scratch_dir() / "run").string() + "\"\n";
   std::vector<std::string> overrides;

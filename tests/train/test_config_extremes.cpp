@@ -65,8 +65,8 @@ TEST(ConfigExtremes, EveryIntegerKeyEndsInANamedErrorOrAValidDryRun) {
   double slowest_ms = 0;
   std::string slowest;
   int runs = 0, errors = 0;
-  for (const char* base : {fuzz::kBaseGpt2, fuzz::kBaseLlama}) {
-    const std::string toml = base + tail;
+  for (fuzz::BaseModel base : {fuzz::BaseModel::gpt2, fuzz::BaseModel::llama}) {
+    const std::string toml = fuzz::base_config(base) + tail;
     std::vector<std::string> rows;
     for (const std::string& key : keys) {
       std::string row = fmt::format("{:<52}", key);
@@ -93,7 +93,7 @@ TEST(ConfigExtremes, EveryIntegerKeyEndsInANamedErrorOrAValidDryRun) {
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         if (ms > slowest_ms)
-          slowest_ms = ms, slowest = fmt::format("{} ({})", set, base == fuzz::kBaseGpt2 ? "gpt2" : "llama");
+          slowest_ms = ms, slowest = fmt::format("{} ({})", set, fuzz::base_model_name(base));
         ++runs;
         row += fmt::format(" {:>4}", outcome);
       }
@@ -102,7 +102,7 @@ TEST(ConfigExtremes, EveryIntegerKeyEndsInANamedErrorOrAValidDryRun) {
     std::printf(
         "%s base: %zu integer keys x %zu values (-1 0 1 2^31-1 2^31 2^63-1 2^64 2^2 2^4 2^8 2^12 2^16 "
         "2^20 2^24 2^30 2^32 2^40 2^48 2^62)\n",
-        base == fuzz::kBaseGpt2 ? "gpt2" : "llama", keys.size(), values.size());
+        fuzz::base_model_name(base), keys.size(), values.size());
     for (const std::string& row : rows) std::printf("%s\n", row.c_str());
   }
   std::printf("%d dry runs, %d named errors, %d valid; slowest %.1f ms: %s\n", runs, errors, runs - errors,
