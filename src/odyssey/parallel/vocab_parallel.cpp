@@ -122,7 +122,12 @@ void vp_cross_entropy_forward_backward(Communicator& tp, float* logits_to_dlogit
                                        const int* targets, const VocabShard& s, int64_t n, float dloss,
                                        FloatBuffer& scratch, int64_t ld) {
   const int64_t R = s.rows, real = s.real, stride = ld > 0 ? ld : R;
-  const auto [m, stats] = group_stats(tp, logits_to_dlogits_r, stride, targets, s, n, scratch);
+  // Plain pointers, not a structured binding: clang 14 (the fuzz build) cannot capture a binding in an
+  // OpenMP region.
+  const std::pair<const float*, const float*> group =
+      group_stats(tp, logits_to_dlogits_r, stride, targets, s, n, scratch);
+  const float* m = group.first;
+  const float* stats = group.second;
 #pragma omp parallel for schedule(static)
   for (int64_t j = 0; j < n; ++j) {
     float* x = logits_to_dlogits_r + j * stride;
