@@ -31,8 +31,10 @@ void ModelConfig::validate() const {
       "(model.n_head {} + 2 x model.n_kv_head {}) x model.head_dim {} = {}: the attention's width must be "
       "at most {}",
       n_head, kv_heads(), head_dim(), qkv, kMaxWidth);
-  ODY_CHECK(2 * int64_t(ffn_dim()) <= kMaxWidth, "model.d_ff ({}): twice the MLP width must be at most {}",
-            ffn_dim(), kMaxWidth);
+  // ffn_dim() in 64 bits: a derived width (4 x model.d_model) may not fit an int before this check.
+  const int64_t ffn = d_ff > 0 ? int64_t(d_ff) : 4 * int64_t(d_model);
+  ODY_CHECK(2 * ffn <= kMaxWidth, "{} ({}): twice the MLP width must be at most {}",
+            d_ff > 0 ? "model.d_ff" : "4 x model.d_model (model.d_ff unset)", ffn, kMaxWidth);
 }
 
 }  // namespace odyssey
