@@ -3,6 +3,8 @@
 # 2 ranks (scripts/cluster.sh; root), each host's link shaped to RATE in both directions (tc tbf), and
 # every layout trained STEPS steps on dp = 2 x HOSTS:
 #   fp32_zero1   ZeRO-1, fp32 communication
+#   fp32_zero1_b4  the same with 4 MB gradient buckets (the default 25 MB makes this model one bucket,
+#                reduced only after the whole backward: nothing left to overlap it with)
 #   fp32_zero3   ZeRO-3, fp32 communication
 #   sdp4bit      SDP4Bit: qWD weights + TLq-HS gradients (Hadamard, 8/4-bit two-level), grad_pipeline 8, ZeRO-1
 #   zeropp       ZeRO++: int4 qwZ weights + hpZ + qgZ gradients, ZeRO-3
@@ -26,6 +28,13 @@
 # end of the run (the machine's 2 cores are shared: all 2 x HOSTS ranks and any other work run on
 # them, so times are upper bounds). The shm line of a layout is its compute-only reference: the
 # bound overlap would reach is max(shm step, link seconds).
+#
+# OVERLAP (default "auto"): the comm.overlap_thread values each layout runs with (e.g. "off on": ZeRO's
+# collectives on the main thread, then on the communication thread); REPS (default 1): repetitions,
+# alternating the layouts and settings within each, so that a load change on the shared machine falls
+# on all of them alike. Each line adds rank 0's dp_comm figures (the time the compute waited for ZeRO's
+# collectives; with the thread also their whole time and the share hidden), the repetition and the
+# mpirun command.
 # --delay (tc netem) is used when DELAY is set and the kernel has sch_netem; this project's CI kernel
 # has not, so by default links are shaped in rate only.
 set -uo pipefail
@@ -37,6 +46,8 @@ RATES=${RATES:-"1gbit 100mbit"}
 STEPS=${STEPS:-4}
 DELAY=${DELAY:-}
 LAYOUTS=${LAYOUTS:-"fp32_zero1 fp32_zero3 sdp4bit zeropp"}
+OVERLAP=${OVERLAP:-auto}
+REPS=${REPS:-1}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 set -a
 . "$ROOT/tests/mpi_launch.env"
@@ -83,17 +94,19 @@ TOML
 layout_args() {
   case "$1" in
     fp32_zero1) echo "--set parallel.zero_stage=1" ;;
+    fp32_zero1_b4) echo "--set parallel.zero_stage=1 --set parallel.bucket_mb=4" ;;  # 5 buckets, not 1
     fp32_zero3) echo "--set parallel.zero_stage=3" ;;
     sdp4bit) echo "--set parallel.zero_stage=1 --set comm.weights=qwd --set comm.grads=tlq_hs --set comm.grad_pipeline=8" ;;
     zeropp) echo "--set parallel.zero_stage=3 --set comm.weights=int4 --set comm.grads=qgz --set comm.hpz=true" ;;
   esac
 }
 
-# record DIR LAYOUT HOSTS RATE: the run's JSON line (appended to $OUT and printed).
+# record DIR LAYOUT HOSTS RATE OVERLAP REP COMMAND...: the run's JSON line (appended to $OUT and printed).
 record() {
   python3 - "$@" <<'PY' | tee -a "$OUT"
 import json, os, statistics, sys
 d, layout, hosts, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+overlap, rep, command = sys.argv[5], int(sys.argv[6]), " ".join(sys.argv[7:])
 rows = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"step_ms"' in l]
 timed = rows[1:] if len(rows) > 1 else rows  # the first step warms up
 step_ms = statistics.median(r["step_ms"] for r in timed)
@@ -108,8 +121,16 @@ out = {"layout": layout, "hosts": hosts, "ranks": 2 * hosts, "link": rate,
        # bounds the exposed communication from above)
        "comm_seconds_per_step": round(statistics.median(r["comm"]["seconds"] for r in timed), 3),
        "val_loss": round(rows[-1].get("val_loss", float("nan")), 5),
+       "overlap_thread": overlap, "rep": rep, "command": command,
        "cpu": host.get("cpu", host.get("cpu_model")), "commit": os.environ["COMMIT"], "date": os.environ["DATE"],
        "load_average": os.getloadavg()[0]}
+dp = [r["dp_comm"] for r in timed if "dp_comm" in r]
+if dp:
+    out["dp_thread"] = dp[0]["thread"]
+    out["dp_exposed_ms"] = round(statistics.median(x["exposed_ms"] for x in dp), 1)
+    if dp[0]["thread"]:
+        out["dp_comm_ms"] = round(statistics.median(x["comm_ms"] for x in dp), 1)
+        out["dp_hidden_fraction"] = round(statistics.median(x["hidden_fraction"] for x in dp), 3)
 units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
 for u, f in units.items():
     if rate.endswith(u):
@@ -124,23 +145,32 @@ PY
 
 for hosts in $HOSTS; do
   np=$((2 * hosts))
-  for layout in $LAYOUTS; do
-    read -ra args <<<"$(layout_args "$layout")"
-    dir="$WORK/${layout}_${hosts}h_shm"
-    mpirun --oversubscribe -np "$np" "$BIN" train --config "$cfg" --set "checkpoint.dir=$dir" \
-      --set train.steps="$STEPS" --set parallel.ranks_per_node=2 "${args[@]}" >"$dir.log" 2>&1 &&
-      record "$dir" "$layout" "$hosts" shm || echo "{\"layout\":\"$layout\",\"link\":\"shm\",\"error\":\"$(tail -n 1 "$dir.log")\"}"
+  # The compute-only reference (the collectives over shared memory, on the main thread).
+  for rep in $(seq "$REPS"); do
+    for layout in $LAYOUTS; do
+      read -ra args <<<"$(layout_args "$layout")"
+      dir="$WORK/${layout}_${hosts}h_shm_$rep"
+      cmd=(mpirun --oversubscribe -np "$np" "$BIN" train --config "$cfg" --set "checkpoint.dir=$dir"
+        --set train.steps="$STEPS" --set parallel.ranks_per_node=2 --set comm.overlap_thread=off "${args[@]}")
+      timeout 900 "${cmd[@]}" >"$dir.log" 2>&1 && record "$dir" "$layout" "$hosts" shm off "$rep" "${cmd[@]}" ||
+        echo "{\"layout\":\"$layout\",\"link\":\"shm\",\"error\":\"$(tail -n 1 "$dir.log")\"}"
+    done
   done
   for rate in $RATES; do
     bash scripts/cluster.sh up "$hosts" --name $NAME --rate "$rate" ${DELAY:+--delay "$DELAY"} >/dev/null || exit 1
     read -ra cluster_args <"/run/odyssey-cluster/$NAME/mpirun_args"
-    for layout in $LAYOUTS; do
-      read -ra args <<<"$(layout_args "$layout")"
-      dir="$WORK/${layout}_${hosts}h_$rate"
-      timeout 900 mpirun "${cluster_args[@]}" -np "$np" "$BIN" train --config "$cfg" --set "checkpoint.dir=$dir" \
-        --set train.steps="$STEPS" "${args[@]}" >"$dir.log" 2>&1 &&
-        record "$dir" "$layout" "$hosts" "$rate" ||
-        echo "{\"layout\":\"$layout\",\"link\":\"$rate\",\"error\":\"$(tail -n 1 "$dir.log")\"}"
+    for rep in $(seq "$REPS"); do
+      for layout in $LAYOUTS; do
+        for overlap in $OVERLAP; do
+          read -ra args <<<"$(layout_args "$layout")"
+          dir="$WORK/${layout}_${hosts}h_${rate}_${overlap}_$rep"
+          cmd=(mpirun "${cluster_args[@]}" -np "$np" "$BIN" train --config "$cfg" --set "checkpoint.dir=$dir"
+            --set train.steps="$STEPS" --set comm.overlap_thread="$overlap" "${args[@]}")
+          timeout 900 "${cmd[@]}" >"$dir.log" 2>&1 &&
+            record "$dir" "$layout" "$hosts" "$rate" "$overlap" "$rep" "${cmd[@]}" ||
+            echo "{\"layout\":\"$layout\",\"link\":\"$rate\",\"error\":\"$(tail -n 1 "$dir.log")\"}"
+        done
+      done
     done
     bash scripts/cluster.sh down --name $NAME
   done

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 
+#include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
 
 namespace odyssey {
@@ -15,7 +16,7 @@ double OverlapTimes::hidden_fraction() const {
 
 // One collective: how to start it, and its completion (or failure), which the waiting side sees.
 struct CommThread::Job {
-  std::function<RequestPtr(Communicator&)> start;
+  std::function<RequestPtr()> start;
   bool done = false;
   std::exception_ptr error;
 };
@@ -49,7 +50,7 @@ class CommThread::JobRequest : public Request {
 };
 
 CommThread::CommThread(std::unique_ptr<Communicator> comm) : comm_(std::move(comm)) {
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] { loop(); });
 }
 
 CommThread::~CommThread() {
@@ -61,9 +62,9 @@ CommThread::~CommThread() {
   thread_.join();  // after the queue ran dry: every request was waited on or runs to completion
 }
 
-RequestPtr CommThread::submit(std::function<RequestPtr(Communicator&)> start) {
+RequestPtr CommThread::start(std::function<RequestPtr()> op) {
   auto job = std::make_shared<Job>();
-  job->start = std::move(start);
+  job->start = std::move(op);
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(job);
@@ -72,12 +73,32 @@ RequestPtr CommThread::submit(std::function<RequestPtr(Communicator&)> start) {
   return std::make_unique<JobRequest>(*this, std::move(job));
 }
 
+namespace {
+
+// What a task returns to the polling loop: it ran to completion.
+class DoneRequest : public Request {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+}  // namespace
+
+RequestPtr CommThread::run(std::function<void()> task) {
+  return start([task = std::move(task)]() -> RequestPtr {
+    task();
+    return std::make_unique<DoneRequest>();
+  });
+}
+
 RequestPtr CommThread::all_reduce(float* data, size_t count) {
-  return submit([=](Communicator& c) { return c.all_reduce_async(data, count, DType::f32); });
+  ODY_CHECK(comm_, "comm thread: all_reduce on a thread without a communicator");
+  return start([=, this] { return comm_->all_reduce_async(data, count, DType::f32); });
 }
 
 RequestPtr CommThread::reduce_scatter(const float* send, float* recv, size_t count) {
-  return submit([=](Communicator& c) { return c.reduce_scatter_async(send, recv, count, DType::f32); });
+  ODY_CHECK(comm_, "comm thread: reduce_scatter on a thread without a communicator");
+  return start([=, this] { return comm_->reduce_scatter_async(send, recv, count, DType::f32); });
 }
 
 OverlapTimes CommThread::take_times() {
@@ -87,7 +108,7 @@ OverlapTimes CommThread::take_times() {
   return t;
 }
 
-void CommThread::run() {
+void CommThread::loop() {
   for (;;) {
     std::shared_ptr<Job> job;
     {
@@ -100,7 +121,7 @@ void CommThread::run() {
     Timer took;
     std::exception_ptr error;
     try {
-      RequestPtr r = job->start(*comm_);
+      RequestPtr r = job->start();
       // Poll rather than block: a blocking MPI wait spins on a core the compute needs. A few
       // microseconds of sleep between polls costs at most that much latency per collective.
       while (!r->test()) std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -115,6 +136,89 @@ void CommThread::run() {
     }
     cv_.notify_all();
   }
+}
+
+}  // namespace odyssey
+
+namespace odyssey {
+
+ThreadedCommunicator::ThreadedCommunicator(CommThread& thread, Communicator& inner)
+    : thread_(thread), inner_(inner) {
+  // inner's accounting, not a copy: no ownership (inner outlives this).
+  stats_ = std::shared_ptr<CommStats>(std::shared_ptr<CommStats>{}, &inner.stats());
+}
+
+void ThreadedCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
+  all_reduce_async(data, count, dtype, op)->wait();
+}
+
+RequestPtr ThreadedCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
+  return thread_.start([=, this] { return inner_.all_reduce_async(data, count, dtype, op); });
+}
+
+void ThreadedCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                                          ReduceOp op) {
+  reduce_scatter_async(send, recv, count, dtype, op)->wait();
+}
+
+RequestPtr ThreadedCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
+                                                      ReduceOp op) {
+  return thread_.start([=, this] { return inner_.reduce_scatter_async(send, recv, count, dtype, op); });
+}
+
+void ThreadedCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
+  all_gather_async(send, recv, count, dtype)->wait();
+}
+
+RequestPtr ThreadedCommunicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
+  return thread_.start([=, this] { return inner_.all_gather_async(send, recv, count, dtype); });
+}
+
+void ThreadedCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
+  all_to_all_async(send, recv, count, dtype)->wait();
+}
+
+RequestPtr ThreadedCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
+  return thread_.start([=, this] { return inner_.all_to_all_async(send, recv, count, dtype); });
+}
+
+void ThreadedCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
+                                        const std::vector<size_t>& send_displs, void* recv,
+                                        const std::vector<size_t>& recv_counts,
+                                        const std::vector<size_t>& recv_displs, DType dtype) {
+  thread_
+      .run(
+          [&] { inner_.all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype); })
+      ->wait();
+}
+
+void ThreadedCommunicator::send(const void* data, size_t count, DType dtype, int dest, int tag) {
+  send_async(data, count, dtype, dest, tag)->wait();
+}
+
+void ThreadedCommunicator::recv(void* data, size_t count, DType dtype, int source, int tag) {
+  recv_async(data, count, dtype, source, tag)->wait();
+}
+
+RequestPtr ThreadedCommunicator::send_async(const void* data, size_t count, DType dtype, int dest, int tag) {
+  return thread_.start([=, this] { return inner_.send_async(data, count, dtype, dest, tag); });
+}
+
+RequestPtr ThreadedCommunicator::recv_async(void* data, size_t count, DType dtype, int source, int tag) {
+  return thread_.start([=, this] { return inner_.recv_async(data, count, dtype, source, tag); });
+}
+
+void ThreadedCommunicator::broadcast(void* data, size_t count, DType dtype, int root) {
+  thread_.run([=, this] { inner_.broadcast(data, count, dtype, root); })->wait();
+}
+
+void ThreadedCommunicator::barrier() {
+  thread_.run([this] { inner_.barrier(); })->wait();
+}
+
+std::unique_ptr<Communicator> ThreadedCommunicator::split(int, int, const std::string& name, bool) {
+  fail("comm thread: communicator {} runs on a communication thread and cannot be split (into {})",
+       this->name(), name);
 }
 
 }  // namespace odyssey

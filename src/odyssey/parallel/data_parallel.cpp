@@ -113,8 +113,8 @@ void GradSync::launch(int s) {
       recv = f.scratch.data();
     }
     if (opt_.reduce_scatter_fn) {
-      opt_.reduce_scatter_fn(grads, recv, size_t(seg.layout.shard), s);
-      f.request = std::make_unique<CompletedRequest>();
+      f.request = opt_.reduce_scatter_fn(grads, recv, size_t(seg.layout.shard), s);
+      if (!f.request) f.request = std::make_unique<CompletedRequest>();
     } else {
       f.request = dp_.reduce_scatter_async(grads, recv, size_t(seg.layout.shard), DType::f32);
     }

@@ -37,8 +37,8 @@ class GradSync : public LayerHooks {
     bool overlap = true;            // false: every bucket is launched in finish() (for benchmarks)
     int max_in_flight = 2;          // pooled: buckets being reduced at once (bounds the buffers)
     // Replaces a bucket's reduce-scatter (compressed collectives): (send [padded segment], recv [shard],
-    // shard size, segment); runs to completion.
-    std::function<void(const float*, float*, size_t, int)> reduce_scatter_fn;
+    // shard size, segment); returns its request, or null when it ran to completion.
+    std::function<RequestPtr(const float*, float*, size_t, int)> reduce_scatter_fn;
   };
   // The partition's segments are the buckets. unit_params(u) gives the storage of unit u's parameters
   // (set_unit_storage sets both). Not pooled: gradients live in a full buffer in the padded layout.

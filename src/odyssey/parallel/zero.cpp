@@ -6,6 +6,7 @@
 #include "odyssey/comm/grid.h"
 #include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
+#include "odyssey/core/timer.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/parallel/sdp4bit.h"
 
@@ -18,6 +19,18 @@ nlohmann::json MemoryReport::to_json() const {
           {"activations", activations},
           {"comm_buffers", comm_buffers},
           {"total", total()}};
+}
+
+double ExposedComm::hidden_fraction() const {
+  if (comm_seconds <= 0) return 1.0;
+  return std::clamp(1.0 - exposed_seconds / comm_seconds, 0.0, 1.0);
+}
+
+ExposedComm& ExposedComm::operator+=(const ExposedComm& o) {
+  exposed_seconds += o.exposed_seconds;
+  comm_seconds += o.comm_seconds;
+  threaded |= o.threaded;
+  return *this;
 }
 
 nlohmann::json CommTraffic::per_param_json(int64_t params) const {
@@ -52,6 +65,15 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
     inter_ = std::move(nodes.inter);
     two_level_grads_ = comm.two_level_grads(intra_->size(), inter_->size());
   }
+  if (opt_.comm_thread && dp.size() > 1) {
+    // Collective over dp (and the node groups): every rank of the group builds its engine alike.
+    auto duplicate = [](Communicator& c) { return c.split(0, c.rank(), c.name(), c.intra_node()); };
+    dp_own_ = duplicate(dp);
+    if (intra_) intra_own_ = duplicate(*intra_), inter_own_ = duplicate(*inter_);
+    thread_ = std::make_unique<CommThread>();
+    dp_async_ = std::make_unique<ThreadedCommunicator>(*thread_, *dp_own_);
+    if (intra_own_) intra_async_ = std::make_unique<ThreadedCommunicator>(*thread_, *intra_own_);
+  }
   if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != WeightComm::none)
     master_.resize(size_t(part_->local_total()));
   if (comm.hpz) secondary_.resize(size_t(table.num_units()));
@@ -81,9 +103,10 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
   g.max_in_flight = opt_.max_in_flight;
   if (comm.grads != GradComm::none)
     g.reduce_scatter_fn = [this](const float* send, float* recv, size_t S, int segment) {
-      reduce_scatter_compressed(send, recv, S, segment);
+      return reduce_scatter_compressed(send, recv, S, segment);
     };
-  grads_ = std::make_unique<GradSync>(model, dp, *part_, g, [this](int u) { return unit_params(u); });
+  grads_ = std::make_unique<GradSync>(model, dp_async_ ? *dp_async_ : dp, *part_, g,
+                                      [this](int u) { return unit_params(u); });
   model_.set_hooks(this);
 }
 
@@ -114,7 +137,7 @@ void ZeroEngine::gather_start(int unit, bool forward) {
   g.forward = forward;
   // hpZ: the backward gather assembles the unit from the node's secondary shards.
   const bool secondary = opt_.comm.hpz && !forward;
-  Communicator& comm = secondary ? *intra_ : dp_;
+  Communicator& comm = gathers(secondary);
   const float* shard = params_.data() + seg.local_begin;
   size_t count = size_t(seg.layout.shard);
   if (secondary) {
@@ -131,14 +154,26 @@ void ZeroEngine::gather_start(int unit, bool forward) {
   }
 }
 
+Communicator& ZeroEngine::gathers(bool secondary) {
+  if (secondary) return intra_async_ ? *intra_async_ : *intra_;
+  return dp_async_ ? *dp_async_ : dp_;
+}
+
+void ZeroEngine::add_blocked(double seconds, bool collective) {
+  exposed_seconds_ += seconds;
+  if (collective) main_comm_seconds_ += seconds;  // ran on the main thread: none of it hidden
+}
+
 void ZeroEngine::acquire(int unit) {
   gather_start(unit, true);
   Gathered& g = gathered_[size_t(unit)];
+  Timer waited;
   if (g.request) {
     g.request->wait();
     g.request.reset();
   }
   if (g.quantized.active()) g.quantized.finish(g.buf.data());
+  add_blocked(waited.seconds(), false);
   if (opt_.comm.hpz && g.forward && !secondary_[size_t(unit)].size()) {
     // Keep my 1/D of the forward-gathered unit until the next optimizer step.
     const size_t part = g.buf.size() / size_t(intra_->size());
@@ -150,9 +185,11 @@ void ZeroEngine::acquire(int unit) {
 
 void ZeroEngine::release(int unit) {
   Gathered& g = gathered_[size_t(unit)];
+  Timer waited;
   if (g.request) g.request->wait();
   g.request.reset();
   if (g.quantized.active()) g.quantized.finish(g.buf.data());
+  add_blocked(waited.seconds(), false);
   track(-int64_t(g.buf.bytes()));
   g.buf.resize(0);
 }
@@ -310,17 +347,42 @@ void ZeroEngine::end_micro_step() {
   add_traffic(micro_start_, true);  // stage 3's unit gathers are weights
 }
 
-void ZeroEngine::reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment) {
+RequestPtr ZeroEngine::reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment) {
   const uint32_t bucket = uint32_t(segment) + uint32_t(part_->segments().size()) * micro_;
   const RoundingKey key{opt_.comm.seed, grad_round_, uint32_t(dp_.rank()), bucket, 0};
-  if (two_level_grads_)
-    two_level_reduce_scatter(*intra_, *inter_, grad_intra_format_, grad_inter_format_, send, recv, S, key,
-                             size_t(opt_.comm.grad_pipeline));
-  else
-    one_level_reduce_scatter(dp_, grad_intra_format_, send, recv, S, key);
+  // On the thread, the whole reduction (encode, exchange, decode) runs there, on its communicators.
+  Communicator& dp = thread_ ? *dp_own_ : dp_;
+  Communicator* intra = thread_ ? intra_own_.get() : intra_.get();
+  Communicator* inter = thread_ ? inter_own_.get() : inter_.get();
+  auto reduce = [=, this, &dp] {
+    if (two_level_grads_)
+      two_level_reduce_scatter(*intra, *inter, grad_intra_format_, grad_inter_format_, send, recv, S, key,
+                               size_t(opt_.comm.grad_pipeline));
+    else
+      one_level_reduce_scatter(dp, grad_intra_format_, send, recv, S, key);
+  };
+  if (thread_) return thread_->run(reduce);
+  Timer took;
+  reduce();
+  add_blocked(took.seconds(), true);
+  return nullptr;
+}
+
+ExposedComm ZeroEngine::take_exposed_comm() {
+  ExposedComm c;
+  const double grad_wait = grads_->wait_seconds();
+  c.exposed_seconds = exposed_seconds_ + (grad_wait - grad_wait_mark_);
+  grad_wait_mark_ = grad_wait;
+  if (thread_) {
+    c.threaded = true;
+    c.comm_seconds = thread_->take_times().comm_seconds + main_comm_seconds_;
+  }
+  exposed_seconds_ = main_comm_seconds_ = 0;
+  return c;
 }
 
 void ZeroEngine::gather_weights_after_step(int64_t step) {
+  Timer took;
   const Snapshot before = snapshot();
   const int r = dp_.rank();
   const std::vector<Partition::Segment>& segs = part_->segments();
@@ -352,6 +414,7 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   const Snapshot now = snapshot();
   traffic_.weights_inter += now.gather[0] - before.gather[0];
   traffic_.weights_intra += now.gather[1] - before.gather[1];
+  add_blocked(took.seconds(), true);
 }
 
 GradNormPart ZeroEngine::grad_norm_part() {

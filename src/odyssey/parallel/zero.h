@@ -18,6 +18,15 @@
 // unit gathers of stage 3 become qwZ, with hpZ the backward ones run inside the node; the gradient
 // reduce-scatter becomes a one-level or two-level quantized all-to-all reduction.
 //
+// Overlap (ZeroOptions::comm_thread): Open MPI's non-blocking collectives progress only inside MPI
+// calls, so a gather or reduction started before a unit's compute moves nothing until the compute
+// ends. With a communication thread (comm/comm_thread.h) the engine's unit gathers (fp32, qwZ, hpZ's
+// intra-node ones) and bucket / unit gradient reductions (fp32, and the quantized ones as whole
+// tasks: encode, exchange, decode) run on duplicates of dp and of the node groups, driven by the
+// thread while the rank computes. The operations, their buffers and their order are those of the
+// main-thread path, so the numbers are the same bit for bit. The parameter all-gather after the
+// update (stages 1-2) stays on the main thread: nothing computes beside it.
+//
 // Sharding (parallel/shard.h): stages 1-2 shard per bucket, stage 3 per unit; each segment is padded
 // to a multiple of dp. Ψ_pad = Σ padded segment sizes is what the bytes theory uses.
 #pragma once
@@ -28,6 +37,7 @@
 #include <span>
 #include <vector>
 
+#include "odyssey/comm/comm_thread.h"
 #include "odyssey/comm/communicator.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/optim/optimizer.h"
@@ -41,10 +51,12 @@ namespace odyssey {
 
 struct ZeroOptions {
   int stage = 0;
-  double bucket_mb = 25;  // gradient bucket size (stages 0-2); stage 3 reduces per unit
-  bool overlap = true;    // reduce buckets during backward (false: all after, for benchmarks)
-  int max_in_flight = 2;  // stage 2/3: bucket reductions outstanding at once
-  CommOptions comm;       // compressed collectives (default: none)
+  double bucket_mb = 25;     // gradient bucket size (stages 0-2); stage 3 reduces per unit
+  bool overlap = true;       // reduce buckets during backward (false: all after, for benchmarks)
+  int max_in_flight = 2;     // stage 2/3: bucket reductions outstanding at once
+  bool comm_thread = false;  // gathers and gradient reductions on a communication thread (needs
+                             // MPI_THREAD_MULTIPLE; comm.overlap_thread)
+  CommOptions comm;          // compressed collectives (default: none)
 };
 
 // Bus bytes of the last optimizer step (its micro-steps and the update), per rank, by purpose and
@@ -61,6 +73,18 @@ struct MemoryReport {
   uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
   uint64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
   nlohmann::json to_json() const;
+};
+
+// The engine's communication time over a step as the compute saw it.
+struct ExposedComm {
+  double exposed_seconds = 0;  // the compute blocked: waits for gathers and reductions, blocking calls
+  // With the communication thread: the engine's collectives from start to completion (those on the
+  // thread and the blocking ones of the main thread); without it 0 (not measurable apart from waits).
+  double comm_seconds = 0;
+  bool threaded = false;
+  // The share of comm_seconds the compute did not wait for (threaded only).
+  double hidden_fraction() const;
+  ExposedComm& operator+=(const ExposedComm& o);
 };
 
 class ZeroEngine : public LayerHooks {
@@ -119,6 +143,9 @@ class ZeroEngine : public LayerHooks {
   const float* state_storage(size_t k) const { return state_[k].data(); }
   int stage() const { return opt_.stage; }
   double grad_wait_seconds() const { return grads_->wait_seconds(); }
+  bool comm_thread() const { return thread_ != nullptr; }
+  // The communication times since the last call.
+  ExposedComm take_exposed_comm();
   const CommTraffic& traffic() const { return traffic_; }
   // The weights the model computes with: stages 0-2 the full replica (padded layout), stage 3 the
   // local shard. Under comm.weights these differ from the master weights by one step's quantization.
@@ -150,7 +177,9 @@ class ZeroEngine : public LayerHooks {
   void prefetch_after(int position);
   void gather_start(int unit, bool forward);
   void gather_weights_after_step(int64_t step);
-  void reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
+  RequestPtr reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
+  Communicator& gathers(bool secondary);  // where a unit gather runs (on the thread when there is one)
+  void add_blocked(double seconds, bool collective);
   Snapshot snapshot() const;
   void add_traffic(const Snapshot& before, bool gathers_are_weights);
   void acquire(int unit);
@@ -161,6 +190,12 @@ class ZeroEngine : public LayerHooks {
   Stage& model_;
   Communicator& dp_;
   ZeroOptions opt_;
+  // The communication thread and the communicators only it uses (duplicates of dp, intra_, inter_),
+  // declared before everything whose requests run on it, so that those complete before it stops.
+  std::unique_ptr<Communicator> dp_own_, intra_own_, inter_own_;
+  std::unique_ptr<CommThread> thread_;
+  std::unique_ptr<ThreadedCommunicator> dp_async_, intra_async_;
+  double exposed_seconds_ = 0, main_comm_seconds_ = 0, grad_wait_mark_ = 0;
   std::unique_ptr<Partition> part_;
   FloatBuffer params_;  // stages 0-2: full, padded layout; stage 3: this rank's shard (local layout)
   const Optimizer& optimizer_;

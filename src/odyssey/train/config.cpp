@@ -280,6 +280,11 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("comm.grad_pipeline", int, comm.grad_pipeline,
               "slices of the two-level gradient reduce-scatter, overlapping its intra- and inter-node hops "
               "(1-64)"),
+      ODY_ENUM_KEY(
+          "comm.overlap_thread", comm.overlap_thread, kOverlapThreadNames,
+          "ZeRO's unit gathers and gradient reductions on a communication thread, so they move while "
+          "the rank computes (`auto`: when dp spans nodes; needs MPI_THREAD_MULTIPLE, else off with "
+          "a note); the same numbers bit for bit"),
       ODY_KEY("checkpoint.dir", std::string, checkpoint.dir,
               "the run directory: `step_XXXXXXXX/` checkpoints and `metrics.jsonl`"),
       ODY_KEY("checkpoint.every", int64_t, checkpoint.every,

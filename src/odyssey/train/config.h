@@ -82,11 +82,18 @@ struct ParallelConfig {
   std::vector<int> pp_layers;
 };
 
+// comm.overlap_thread: whether ZeRO's gathers and gradient reductions run on a communication thread
+// (parallel/zero.h); auto: when the data-parallel group spans nodes and MPI has THREAD_MULTIPLE.
+enum class OverlapThread { automatic, on, off };
+inline constexpr EnumNames<OverlapThread, 3> kOverlapThreadNames = {
+    {{"auto", OverlapThread::automatic}, {"on", OverlapThread::on}, {"off", OverlapThread::off}}};
+
 struct CommConfig {
   WeightComm weights = WeightComm::none;
   GradComm grads = GradComm::none;
   bool hpz = false;
   int grad_pipeline = 1;  // slices of the two-level gradient reduce-scatter (intra/inter overlapped)
+  OverlapThread overlap_thread = OverlapThread::automatic;
 };
 
 struct CheckpointConfig {

@@ -33,6 +33,20 @@ ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
   int local = 0;
   for (int r : grid.members(GridGroup::dp_sp)) local += std::count(node.begin(), node.end(), r) > 0;
   zo.comm.ranks_per_node = local;
+  // comm.overlap_thread = auto: a communication thread when the replicas span nodes (their links are
+  // what the compute waits for) and MPI lets a second thread call it.
+  const int replicas = grid.dp_sp().size();
+  switch (config.comm.overlap_thread) {
+    case OverlapThread::off:
+      zo.comm_thread = false;
+      break;
+    case OverlapThread::on:
+      zo.comm_thread = replicas > 1;
+      break;
+    case OverlapThread::automatic:
+      zo.comm_thread = replicas > local && runtime_thread_multiple();
+      break;
+  }
   return zo;
 }
 
@@ -69,6 +83,16 @@ Layout::Layout(const RunConfig& c, Communicator& w)
       optimizer(AdamWConfig{c.train.lr, c.train.beta1, c.train.beta2, c.train.eps, c.train.weight_decay}),
       shape(pipeline_shape(c, grid.dp().size())) {
   check_model_fits(c, arch, ranges, replicas().size(), w);
+  if (c.comm.overlap_thread != OverlapThread::off && !runtime_thread_multiple() && replicas().size() > 1) {
+    ODY_CHECK(
+        c.comm.overlap_thread != OverlapThread::on,
+        "comm.overlap_thread = on runs ZeRO's collectives on a communication thread, which needs an MPI "
+        "library with MPI_THREAD_MULTIPLE (this one does not provide it); use auto or off");
+    if (root() && zero_options(c, grid).comm.ranks_per_node < replicas().size())
+      log_info(
+          "comm.overlap_thread = auto: MPI does not provide MPI_THREAD_MULTIPLE, so ZeRO's gathers and "
+          "reductions stay on the main thread (they progress only inside MPI calls, not during compute)");
+  }
   Communicator& tp = grid.tp();
   if (tp.size() > 1) {
     if (c.parallel.tp_overlap == TpOverlap::domino) {
@@ -180,7 +204,9 @@ void Layout::start_offload(uint64_t offload_per_rank) {
 }
 
 uint64_t Layout::reduction_transient_bytes() const {
-  return world.transient_bytes() * (tp_overlap ? 2 : 1);
+  // One reduction at a time per thread that runs them: the main one, Domino's, ZeRO's.
+  const bool dp_thread = !engines.empty() && engines.front()->comm_thread();
+  return world.transient_bytes() * (1 + (tp_overlap ? 1 : 0) + (dp_thread ? 1 : 0));
 }
 
 std::string Layout::domino_note() const {

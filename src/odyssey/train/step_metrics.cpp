@@ -114,6 +114,15 @@ nlohmann::json step_record(const StepFigures& f) {
     record["tp_overlap"] = {{"comm_ms", f.overlap->comm_seconds * 1e3},
                             {"wait_ms", f.overlap->wait_seconds * 1e3}};
   }
+  if (f.dp_comm) {
+    // ZeRO's gathers and reductions: the time the compute waited for them (rank 0's); with the
+    // communication thread also their whole time and the share of it hidden behind compute.
+    record["dp_comm"] = {{"exposed_ms", f.dp_comm->exposed_seconds * 1e3}, {"thread", f.dp_comm->threaded}};
+    if (f.dp_comm->threaded) {
+      record["dp_comm"]["comm_ms"] = f.dp_comm->comm_seconds * 1e3;
+      record["dp_comm"]["hidden_fraction"] = f.dp_comm->hidden_fraction();
+    }
+  }
   if (!f.pipeline.is_null()) {
     record["pipeline"] = f.pipeline;
     record["pp_wait_ms"] = f.pipeline["wait_ms"];  // the spec's name (§9), per pp rank
@@ -126,9 +135,14 @@ std::string step_line(const StepFigures& f) {
   return fmt::format(
       "step {:>5}/{} | loss {:.4f}{} | lr {:.2e} | norm {:.3f} | {:.0f} ms | {:.0f} tok/s | mfu {:.1f}% | "
       "comm "
-      "{:.2f} MB{}{}",
+      "{:.2f} MB{}{}{}",
       f.step, f.steps, f.result.loss, f.val_loss ? fmt::format(" | val {:.4f}", *f.val_loss) : "", f.lr,
       f.result.grad_norm, f.ms, f.tokens_per_s(), 100 * f.mfu, double(f.comm["total_bytes"]) / 1e6,
+      f.dp_comm ? fmt::format(" | dp exposed {:.0f} ms{}", f.dp_comm->exposed_seconds * 1e3,
+                              f.dp_comm->threaded
+                                  ? fmt::format(" (hidden {:.0f}%)", 100 * f.dp_comm->hidden_fraction())
+                                  : "")
+                : "",
       f.overlap ? fmt::format(" | tp hidden {:.0f}%", 100 * f.overlap->hidden_fraction()) : "",
       f.peak_raised ? fmt::format(" | peak raised to {:.1f} GFLOP/s", f.peak_gflops) : "");
 }

@@ -34,6 +34,7 @@ struct StepFigures {
   uint64_t inter_node_sent = 0;         // payload bytes all ranks sent to other hosts (comm/wire_bytes.h)
   nlohmann::json pipeline;              // pipeline_metrics (null with one pp rank)
   std::optional<OverlapTimes> overlap;  // Domino's tp reductions (parallel.tp_overlap = domino)
+  std::optional<ExposedComm> dp_comm;   // the ZeRO engines' collectives (dp > 1), rank 0's
   std::optional<OffloadStats> offload;  // the step's disk-tier traffic (memory.tier = disk)
   std::optional<double> val_loss;       // when validation ran this step
 

@@ -172,10 +172,15 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
   f.steps = config.train.steps;
   f.lr = schedule.at(step);
   if (layout.tp_overlap) layout.tp_overlap->take_times();  // this step's collectives only
+  for (auto& engine : layout.engines) engine->take_exposed_comm();
   f.result = train_step(layout.step, *data.train_rows, layout.replicas(), settings, step, f.lr);
   f.ms = timer.ms();
   f.comm = world.stats().to_json();
   if (layout.tp_overlap) f.overlap = layout.tp_overlap->take_times();
+  if (layout.replicas().size() > 1) {
+    f.dp_comm.emplace();
+    for (auto& engine : layout.engines) *f.dp_comm += engine->take_exposed_comm();
+  }
   f.step_tokens = int64_t(config.train.global_batch) * config.seq_len();
   f.mfu = mfu.mfu(flops_per_token * f.tokens_per_s());
   f.peak_gflops = mfu.peak_gflops();
