@@ -14,6 +14,7 @@
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
 #include "odyssey/core/error.h"
+#include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/data/dataset.h"
@@ -31,6 +32,7 @@
 #include "odyssey/train/footprint.h"
 #include "odyssey/train/generate.h"
 #include "odyssey/train/host_info.h"
+#include "odyssey/train/memory_plan.h"
 #include "odyssey/train/trainer.h"
 
 using namespace odyssey;
@@ -57,14 +59,41 @@ int cmd_train(const std::string& config_path, const std::vector<std::string>& ov
     if (world().rank() != 0) return 0;
     config.validate(world_size);
     Timer timer;
-    const StateBytes s = max_rank_state_bytes(config, world_size);
+    // memory.checkpoint = auto: the first policy whose largest rank fits train.host_memory_gb (or this
+    // host's available memory) with parallel.ranks_per_node such ranks on a host (default 1).
+    RankFootprint f;
+    HostMemoryNeed need;
+    std::string auto_note;
+    const CheckpointPolicy policy = resolve_checkpoint(
+        config,
+        [&](CheckpointPolicy p) {
+          f = max_rank_footprint(config, world_size, p);
+          HostMemoryNeed n;
+          n.state_per_rank = f.state.total() + f.comm_buffers;
+          n.activations_per_rank = f.activations;
+          n.offload_per_rank = f.offload;
+          n.ranks_on_host = std::max(1, config.parallel.ranks_per_node);
+          n.checkpoint = enum_name(kCheckpointPolicyNames, p);
+          return n;
+        },
+        [&](const HostMemoryNeed& n) {
+          return fits_host_memory(n, config.train.host_memory_gb, available_memory_bytes());
+        },
+        &need, &auto_note);
+    const double seconds = timer.seconds();
+    if (!auto_note.empty()) log_info("{}", auto_note);
     std::cout << nlohmann::json{{"dry_run", true},
                                 {"world_size", world_size},
-                                {"largest_rank_state_bytes", s.total()},
-                                {"params_bytes", s.params},
-                                {"grads_bytes", s.grads},
-                                {"optimizer_bytes", s.optimizer},
-                                {"seconds", timer.seconds()}}
+                                {"checkpoint", enum_name(kCheckpointPolicyNames, policy)},
+                                {"largest_rank_bytes", f.ram()},
+                                {"largest_rank_state_bytes", f.state.total()},
+                                {"params_bytes", f.state.params},
+                                {"grads_bytes", f.state.grads},
+                                {"optimizer_bytes", f.state.optimizer},
+                                {"activation_bytes", f.activations},
+                                {"comm_buffer_bytes", f.comm_buffers},
+                                {"offload_bytes", f.offload},
+                                {"seconds", seconds}}
                      .dump()
               << std::endl;
     return 0;

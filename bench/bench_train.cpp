@@ -310,6 +310,7 @@ int main(int argc, char** argv) {
   StepSettings settings;
   settings.dloss = 1.0f / float(N);
   settings.grad_clip = 1.0f;
+  OneStagePipeline pipe(model, engine, settings.micro_steps);  // the trainer's step over one stage
 
   const GemmRate gemm_fc =
       gemm_shape_gflops(N, 4 * args.d_model, args.d_model, true, true, 0.3, args.threads);
@@ -328,8 +329,7 @@ int main(int argc, char** argv) {
     hooks.clear();
     Profiler own;  // train_step's own phases
     double t0 = now_ms(), c0 = cpu_ms();
-    const StepResult r =
-        train_step(model, *acts, engine, rows, single, settings, step, adamw.config().lr, &own);
+    const StepResult r = train_step(pipe.step, rows, single, settings, step, adamw.config().lr, &own);
     double t4 = now_ms(), c4 = cpu_ms();
     loss = r.loss, grad_norm = r.grad_norm;
     fmt::print(stderr, "step {}{}: {:.0f} ms, loss {:.4f}, grad norm {:.3f}\n", s + 1,
@@ -433,8 +433,7 @@ int main(int argc, char** argv) {
       Profiler prof;
       model.set_observer(&prof);
       double t0 = now_ms();
-      const StepResult r =
-          train_step(model, *acts, engine, rows, single, settings, step, adamw.config().lr, &prof);
+      const StepResult r = train_step(pipe.step, rows, single, settings, step, adamw.config().lr, &prof);
       report = prof.report(now_ms() - t0, args.threads);
       model.set_observer(nullptr);
       if (k == 0) prof_loss = r.loss;  // before its own update: comparable with the model's loss

@@ -95,9 +95,9 @@ inline void run_steps(Stage& model, ZeroEngine& engine, Communicator& dp, int st
   settings.micro_steps = kGlobalBatch / (micro_batch * dp.size());
   settings.dloss = 1.0f / float(kGlobalBatch * kT);
   settings.grad_clip = kClip;
-  std::unique_ptr<StageActivations> acts = model.make_activations();
+  OneStagePipeline pipe(model, engine, settings.micro_steps);
   for (int s = 0; s < steps; ++s) {
-    const StepResult step = train_step(model, *acts, engine, rows, dp, settings, s, kLr);
+    const StepResult step = train_step(pipe.step, rows, dp, settings, s, kLr);
     r.losses.push_back(step.loss);
     r.norms.push_back(step.grad_norm);
   }

@@ -29,8 +29,11 @@ ParamTable llama_table(const ModelConfig& config) {
 }
 
 // The stage tables as the stages cut them (gpt2.cpp, llama.cpp), with nothing built.
+const char* gpt2_tied_head(const ModelConfig&) {
+  return "wte";
+}
 ParamTable gpt2_stage_table(const ModelConfig& c, const StageRange& range) {
-  return stage_param_table(gpt2_param_table(c), c, range.resolved(c), "wte");
+  return stage_param_table(gpt2_param_table(c), c, range.resolved(c), gpt2_tied_head(c));
 }
 const char* llama_tied_head(const ModelConfig& c) {
   return c.tie_embeddings ? "model.embed_tokens.weight" : nullptr;
@@ -49,10 +52,11 @@ double llama_flops(const ModelConfig& config, int T) {
 
 const Architecture kArchitectures[] = {
     {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
-     gpt2_stage_table},
-    {"llama", validate_llama, llama_table, make_llama, init_parameter_range, llama_flops, llama_stage_table},
+     gpt2_stage_table, gpt2_block, gpt2_tied_head},
+    {"llama", validate_llama, llama_table, make_llama, init_parameter_range, llama_flops, llama_stage_table,
+     llama_block, llama_tied_head},
     {"qwen2", validate_llama, qwen2_param_table, make_qwen2, init_parameter_range, llama_flops,
-     qwen2_stage_table},
+     qwen2_stage_table, llama_block, llama_tied_head},
 };
 
 }  // namespace

@@ -13,6 +13,8 @@
 
 namespace odyssey {
 
+struct BlockSpec;
+
 struct Architecture {
   const char* name;
   // The architecture's own shape rules (after the common ones of ModelConfig::validate), naming the key.
@@ -34,6 +36,11 @@ struct Architecture {
   // The parameter table of a stage holding the layers of a resolved range, as make_stage builds it, with
   // nothing built (the footprint, train/footprint.h).
   ParamTable (*stage_table)(const ModelConfig& config, const StageRange& range);
+  // Its block description (model/block.h): the buffers a layer keeps, each with its dtype and shape
+  // rule, from which the footprint sizes the activations with nothing built.
+  const BlockSpec& (*block)();
+  // The name of the embedding tensor the LM head shares, or null when the head has its own matrix.
+  const char* (*tied_head)(const ModelConfig& config);
 };
 
 // The registered architecture called name; fails naming model.arch and the known ones.

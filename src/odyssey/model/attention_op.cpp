@@ -11,7 +11,7 @@
 
 namespace odyssey {
 
-KvPrefixLayout AttentionOp::kv_prefix(int, int) const {
+KvPrefixLayout AttentionSizing::kv_prefix(int, int) const {
   ODY_CHECK(false, "this attention op does not run query chunks");
   return {};
 }

@@ -46,21 +46,13 @@ class AttentionSaved {
 };
 using AttentionSavedPtr = std::unique_ptr<AttentionSaved>;
 
-// Causal self-attention over a fused qkv [B, T, (H + 2 Hkv) D] (q [B, T, H, D], k and v [B, T, Hkv, D];
-// model/fused_qkv.h). GPT-2 has Hkv = H ([B, T, 3C]); an op serving a GQA model is built with its
-// n_kv_head.
-class AttentionOp {
+// What an attention op keeps and how a layer runs it, as functions of the sizes alone. The stage asks
+// them of its installed op (AttentionOp derives from this); the footprint (train/footprint.h) asks a
+// sizes-only object for a layout without building the op (LocalAttention needs nothing built; the
+// sequence-parallel op's sizes: SpAttentionSizes, parallel/usp_attention.h).
+class AttentionSizing {
  public:
-  virtual ~AttentionOp() = default;
-  // out [B, T, H D], lse [B, H, T] (kept by the caller for backward). saved: what the op keeps for
-  // this layer's backward (null: nothing); an op may reuse what an earlier forward left there.
-  virtual void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
-                       AttentionSavedPtr& saved) = 0;
-  // Accumulates dqkv [B, T, (H + 2 Hkv) D] from dout [B, T, H D]. qkv is null when saves_qkv().
-  virtual void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
-                        int B, int T, int H, int D, const AttentionSaved* saved) = 0;
-  // Scratch the op holds now (not what it saved into layers' activations).
-  virtual size_t bytes() const { return 0; }
+  virtual ~AttentionSizing() = default;
   // True when backward reads not the layer's qkv but a copy the op saved itself (Ulysses keeps q, k, v
   // head-sharded): the layers then keep no qkv, one scratch qkv serves them all.
   virtual bool saves_qkv() const { return false; }
@@ -71,8 +63,31 @@ class AttentionOp {
   // saves_qkv() never reads it, and the caller zeroes the buffer for it to accumulate into.
   virtual bool backward_in_place() const { return false; }
   // What scratch and saved tensors will hold after forward and backward of n_layer layers at this
-  // shape (the memory check, before allocating).
+  // shape (n_layer 0: the scratch alone; the rest is saved per layer, in the layers' activations).
   virtual size_t bytes_for(int /*B*/, int /*T*/, int /*H*/, int /*D*/, int /*n_layer*/) const { return 0; }
+  // Whether the op runs query chunks against a K/V prefix (AttentionOp::forward_chunk).
+  virtual bool chunks_queries() const { return false; }
+  // The K/V prefix of a call with H query heads of dimension D.
+  virtual KvPrefixLayout kv_prefix(int H, int D) const;
+  // What forward_chunk and backward_chunk hold in scratch for chunks of `rows` rows (per-layer tensors
+  // are the layer's, counted with its activations).
+  virtual size_t chunk_bytes_for(int /*rows*/, int /*H*/, int /*D*/) const { return 0; }
+};
+
+// Causal self-attention over a fused qkv [B, T, (H + 2 Hkv) D] (q [B, T, H, D], k and v [B, T, Hkv, D];
+// model/fused_qkv.h). GPT-2 has Hkv = H ([B, T, 3C]); an op serving a GQA model is built with its
+// n_kv_head.
+class AttentionOp : public AttentionSizing {
+ public:
+  // out [B, T, H D], lse [B, H, T] (kept by the caller for backward). saved: what the op keeps for
+  // this layer's backward (null: nothing); an op may reuse what an earlier forward left there.
+  virtual void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
+                       AttentionSavedPtr& saved) = 0;
+  // Accumulates dqkv [B, T, (H + 2 Hkv) D] from dout [B, T, H D]. qkv is null when saves_qkv().
+  virtual void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv,
+                        int B, int T, int H, int D, const AttentionSaved* saved) = 0;
+  // Scratch the op holds now (not what it saved into layers' activations).
+  virtual size_t bytes() const { return 0; }
 
   // Query-chunked attention (long-context-memory.md §4.3, §4.8), for an op whose chunks_queries(): the
   // token rows [r, r + n) of the B T rows (the local op: a chunk may span sequences) attend causally to
@@ -82,9 +97,6 @@ class AttentionOp {
   // piece's first row in the chunk, in the op's layout (only its backward reads them; the local op:
   // [H, m], a whole sequence the [B, H, T] layout). The kernel is chunk-invariant: the local op's out
   // and lse are bitwise those of forward().
-  virtual bool chunks_queries() const { return false; }
-  // The K/V prefix of a call with H query heads of dimension D.
-  virtual KvPrefixLayout kv_prefix(int H, int D) const;
   // Writes the k and v of the chunk's fused rows qkv [n, width] into the prefix kv (when the layer
   // holds it beside a chunk's qkv; before the chunk's forward_chunk, and in the backward's pre-pass).
   virtual void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D);
@@ -97,9 +109,6 @@ class AttentionOp {
   virtual void backward_chunk(float* dqkv, MutKvRows dkv, const float* dout, const float* out,
                               const float* lse, const float* qkv, KvRows kv, int r, int n, int T, int H,
                               int D);
-  // What forward_chunk and backward_chunk hold in scratch for chunks of `rows` rows (the memory
-  // check; per-layer tensors are the layer's, counted with its activations).
-  virtual size_t chunk_bytes_for(int /*rows*/, int /*H*/, int /*D*/) const { return 0; }
 };
 
 // Single-process causal attention: the shared blockwise kernel over the whole sequence, or over query

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "odyssey/core/error.h"
+#include "odyssey/core/tensor_view.h"
 #include "odyssey/kernels/embedding.h"
 #include "odyssey/kernels/linear.h"
 #include "odyssey/kernels/rope.h"
@@ -113,6 +114,35 @@ size_t BlockActivations::bytes_for(const BlockSpec& spec, const ModelConfig& c, 
              [&](auto f) { for_each_own_buffer(spec, c, range, B, T, memory, split, vocab_rows, f); });
 }
 
+StageMemory block_stage_memory(const BlockSpec& spec, const ModelConfig& c, const StageRange& range, int B,
+                               int T, const MemoryOptions& memory, const TpSplit& split, int64_t vocab_rows,
+                               const AttentionSizing& attention) {
+  // As the stage runs it (LayerStage::query_chunking, shared_qkv): this rank's H heads of dimension D.
+  const int H = c.n_head / split.t, D = c.head_dim(), R = int(split.rows(int64_t(B) * T));
+  const QueryChunks qc = query_chunks(attention, split, R, memory.chunk_tokens, T, H, D);
+  const bool shared_qkv = attention.saves_qkv() && !qc.on;
+  const RowChunks rows = qc.rows(R, memory.chunk_tokens, T);
+  StageMemory m;
+  m.activations =
+      BlockActivations::bytes_for(spec, c, range, B, T, shared_qkv, memory, split, vocab_rows, qc);
+  if (qc.on) {
+    m.attention_scratch = attention.chunk_bytes_for(rows.chunk_rows(), H, D);  // nothing saved per layer
+  } else {
+    // Layers whose attention keeps saved tensors at once: 1 under full checkpointing (the working
+    // layer), every one otherwise.
+    const int saving = memory.checkpoint == CheckpointPolicy::full ? 1 : range.layers();
+    m.attention_scratch = attention.bytes_for(B, T, H, D, 0);
+    m.activations += attention.bytes_for(B, T, H, D, saving) - m.attention_scratch;
+  }
+  m.offload = kept_output_disk_bytes_for(range.layers(), rows, size_t(c.d_model), memory, range.embeddings());
+  // The layer's four GEMMs in this rank's shape: x [n, in] and dy [n, out] each (a column linear's full
+  // input, a row linear's full output).
+  const BlockDims d = spec.dims(c, split);
+  const size_t per_token = size_t(d.C) + d.qkv_width() + d.attention_width() + d.C + d.C + d.up + d.act + d.C;
+  m.deferred = size_t(range.layers()) * size_t(B) * size_t(T) * per_token * dtype_size(DType::f32);
+  return m;
+}
+
 // --- the stage -----------------------------------------------------------------------------------
 
 namespace {
@@ -144,10 +174,11 @@ std::unique_ptr<StageActivations> BlockStage::make_activations() const {
 }
 
 size_t BlockStage::activation_bytes_for(int B, int T) const {
-  const QueryChunks qc = query_chunking(B, T);
-  return BlockActivations::bytes_for(spec_, config_, range_, B, T, shared_qkv(qc), memory_, split(),
-                                     vocab_->rows(config_.vocab_size), qc) +
-         attention_bytes_for(B, T, qc);
+  return memory_for(B, T).total();
+}
+
+uint64_t BlockStage::offload_bytes_for(int B, int T) const {
+  return memory_for(B, T).offload;
 }
 
 // The logits of the head's block when it ran as one chunk over the micro-batch, rows

@@ -82,6 +82,26 @@ struct BlockActivations : StageActivations {
   const float* input_grad() const override { return dres.data(); }
 };
 
+// What a block stage holds for one micro-batch, as a pure function of its sizes (no stage, op or buffer
+// built): the stage's activation_bytes_for and offload_bytes_for, and the footprint's activations
+// (train/footprint.h), are this one function.
+struct StageMemory {
+  size_t activations = 0;        // the micro-batch's BlockActivations, with the attention op's tensors saved
+                                 // in its layers
+  size_t attention_scratch = 0;  // the attention op's own scratch (one op per rank, shared by its stages)
+  uint64_t offload = 0;          // the disk tier's file of the micro-batch
+  size_t deferred = 0;           // zb1: the operands an I records (DeferredWeightGrads): per layer GEMM
+                                 // (qkv, proj, up, down) its input and output gradient over the B T tokens
+  size_t total() const { return activations + attention_scratch; }
+};
+
+// The stage of `spec` holding `range` (resolved) for B rows x T tokens under memory (never auto), the
+// tensor-parallel split, vocab_rows vocabulary rows of the head's block (VocabOps::rows) and an attention
+// op of these sizes (the installed op, or a sizes-only one).
+StageMemory block_stage_memory(const BlockSpec& spec, const ModelConfig& config, const StageRange& range,
+                               int B, int T, const MemoryOptions& memory, const TpSplit& split,
+                               int64_t vocab_rows, const AttentionSizing& attention);
+
 class BlockStage : public LayerStage {
  public:
   const BlockSpec& block() const { return spec_; }
@@ -97,6 +117,7 @@ class BlockStage : public LayerStage {
   using Stage::forward;
   using Stage::logits;
   size_t activation_bytes_for(int B, int T) const override;
+  uint64_t offload_bytes_for(int B, int T) const override;
 
   // This rank's block sizes.
   BlockDims dims() const { return spec_.dims(config_, split()); }
@@ -112,6 +133,10 @@ class BlockStage : public LayerStage {
              bool allocate_storage, bool tied_head, const TpPiece& tp);
 
  private:
+  StageMemory memory_for(int B, int T) const {
+    return block_stage_memory(spec_, config_, range_, B, T, memory_, split(),
+                              vocab_->rows(config_.vocab_size), *attention_);
+  }
   BlockShape shape(const BlockActivations& a) const {
     return {a.B, a.T, dims(), a.layer_chunk, a.query_chunks};
   }

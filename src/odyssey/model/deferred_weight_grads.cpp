@@ -27,16 +27,4 @@ void DeferredWeightGrads::run() {
   bytes_ = 0;
 }
 
-size_t deferred_weight_grad_bytes_for(const Stage& stage, int64_t tokens) {
-  // Layer units follow the embeddings' unit 0 (a stage with the embeddings).
-  const int first = stage.range().embeddings() ? 1 : 0, end = first + stage.range().layers();
-  size_t floats = 0;
-  for (const ParamInfo& t : stage.table().tensors()) {
-    const std::vector<int64_t> shape = t.local_shape();
-    if (t.unit >= first && t.unit < end && shape.size() == 2)
-      floats += size_t(tokens * (shape[0] + shape[1]));
-  }
-  return floats * sizeof(float);
-}
-
 }  // namespace odyssey

@@ -37,10 +37,6 @@ class DeferredWeightGrads {
   size_t bytes_ = 0;
 };
 
-// The operand bytes a stage's I pass records for a micro-batch of `tokens` tokens (of the tp group):
-// tokens x (in + out) floats per layer matrix, in this rank's shape (the memory check).
-size_t deferred_weight_grad_bytes_for(const Stage& stage, int64_t tokens);
-
 // The linear seam of an I pass: forwards run as `inner`'s, backwards compute dx (and db) through
 // `inner` and record the weight GEMMs in `later`.
 class DeferringLinears : public LinearOps {

@@ -16,6 +16,25 @@ int local_kv_heads(const ModelConfig& config, const TpPiece& tp) {
 }
 }  // namespace
 
+std::vector<UnitUse> stage_unit_schedule(const ModelConfig& config, const StageRange& range, bool tied_head) {
+  // Units: the embeddings' (with them), one per layer, the final unit (with the head).
+  const bool emb = range.embeddings(), head = range.head(config);
+  const int first_layer_unit = emb ? 1 : 0, final_unit = first_layer_unit + range.layers();
+  const bool head_in_unit0 = head && tied_head && emb;
+  std::vector<UnitUse> schedule;
+  if (emb) schedule.push_back({0, true});
+  for (int l = 0; l < range.layers(); ++l) schedule.push_back({first_layer_unit + l, true});
+  if (head) {
+    schedule.push_back({final_unit, true});
+    if (head_in_unit0) schedule.push_back({0, true});  // the tied LM head
+    if (head_in_unit0) schedule.push_back({0, false});
+    schedule.push_back({final_unit, false});
+  }
+  for (int l = range.layers() - 1; l >= 0; --l) schedule.push_back({first_layer_unit + l, false});
+  if (emb && !head_in_unit0) schedule.push_back({0, false});  // the embedding backward
+  return schedule;
+}
+
 LayerStage::LayerStage(const ModelConfig& config, const StageRange& range, ParamTable table,
                        bool allocate_storage, bool tied_head, const TpPiece& tp)
     : config_(config),
@@ -24,19 +43,7 @@ LayerStage::LayerStage(const ModelConfig& config, const StageRange& range, Param
       tied_head_(tied_head),
       tp_(tp),
       local_attention_(local_kv_heads(config, tp)) {
-  const bool emb = range_.embeddings(), head = has_head();
-  const bool head_in_unit0 = head && head_unit() != final_unit();
-  if (emb) schedule_.push_back({0, true});
-  for (int l = range_.layer_begin; l < range_.layer_end; ++l) schedule_.push_back({layer_unit(l), true});
-  if (head) {
-    schedule_.push_back({final_unit(), true});
-    if (head_in_unit0) schedule_.push_back({0, true});  // the tied LM head
-    if (head_in_unit0) schedule_.push_back({0, false});
-    schedule_.push_back({final_unit(), false});
-  }
-  for (int l = range_.layer_end - 1; l >= range_.layer_begin; --l)
-    schedule_.push_back({layer_unit(l), false});
-  if (emb && !head_in_unit0) schedule_.push_back({0, false});  // the embedding backward
+  schedule_ = stage_unit_schedule(config_, range_, tied_head_);
   unit_params_.assign(size_t(table_.num_units()), nullptr);
   unit_grads_.assign(size_t(table_.num_units()), nullptr);
   if (!allocate_storage) return;
@@ -76,12 +83,6 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
   ODY_CHECK(memory.tier == MemoryTier::ram || !memory.offload_dir.empty(),
             "memory.tier = disk needs memory.offload_dir, a directory on a local disk");
   memory_ = memory;
-}
-
-uint64_t LayerStage::offload_bytes_for(int B, int T) const {
-  const int R = int(split().rows(int64_t(B) * T));
-  return kept_output_disk_bytes_for(range_.layers(), query_chunking(B, T).rows(R, memory_.chunk_tokens, T),
-                                    size_t(config_.d_model), memory_, range_.embeddings());
 }
 
 void LayerStage::take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T,

@@ -28,6 +28,10 @@
 
 namespace odyssey {
 
+// The unit schedule above of a stage holding `range` (resolved); tied_head: the LM head is the embedding
+// matrix. A pure function of the sizes (ZeRO-3's gathers follow it; the footprint simulates them).
+std::vector<UnitUse> stage_unit_schedule(const ModelConfig& config, const StageRange& range, bool tied_head);
+
 class LayerStage : public Stage {
  public:
   const ModelConfig& config() const override { return config_; }
@@ -69,7 +73,6 @@ class LayerStage : public Stage {
   }
   const std::vector<UnitUse>& unit_schedule() const override { return schedule_; }
   size_t attention_bytes() const override { return attention_->bytes(); }
-  uint64_t offload_bytes_for(int B, int T) const override;
 
  protected:
   // config is validated and range resolved by the caller; table is the stage's (its units as above),
@@ -92,15 +95,6 @@ class LayerStage : public Stage {
   // attention is not cut into query chunks): the activations' allocate and bytes_for take it as
   // shared_qkv.
   bool shared_qkv(const QueryChunks& qc) const { return attention_->saves_qkv() && !qc.on; }
-  // What the attention op holds beyond the layers' activations: its query-chunk scratch, or its
-  // scratch and saved tensors for the whole sequence.
-  size_t attention_bytes_for(int B, int T, const QueryChunks& qc) const {
-    const int H = config_.n_head / split().t, D = config_.head_dim();
-    if (qc.on)
-      return attention_->chunk_bytes_for(
-          qc.rows(int(split().rows(int64_t(B) * T)), memory_.chunk_tokens, T).chunk_rows(), H, D);
-    return attention_->bytes_for(B, T, H, D, layers_saving_attention());
-  }
   int layer_unit(int l) const { return (range_.embeddings() ? 1 : 0) + l - range_.layer_begin; }
   int final_unit() const { return table_.num_units() - 1; }
   int head_unit() const { return tied_head_ && range_.embeddings() ? 0 : final_unit(); }
@@ -157,12 +151,6 @@ class LayerStage : public Stage {
   // The blocks' linear seam in backward: the linears, or with deferred weight gradients those that
   // record their weight GEMMs.
   LinearOps& backward_linears() { return deferring_ ? static_cast<LinearOps&>(*deferring_) : *linears_; }
-
-  // Layers whose attention keeps saved tensors at once (1 under full checkpointing; keep_attention keeps
-  // every layer's).
-  int layers_saving_attention() const {
-    return memory_.checkpoint == CheckpointPolicy::full ? 1 : range_.layers();
-  }
 
   ModelConfig config_;
   StageRange range_;

@@ -40,8 +40,8 @@ struct QueryChunks {
 
 // rows: the layer's residual rows (B T, or under TP-SP this rank's slice) of sequences of T tokens;
 // chunk: memory.chunk_tokens; H, D: this rank's query heads and head dimension.
-inline QueryChunks query_chunks(const AttentionOp& op, const TpSplit& split, int64_t rows, int chunk, int T,
-                                int H, int D) {
+inline QueryChunks query_chunks(const AttentionSizing& op, const TpSplit& split, int64_t rows, int chunk,
+                                int T, int H, int D) {
   QueryChunks q;
   q.on = op.chunks_queries() && !(split.t > 1 && split.sequence_parallel) &&
          RowChunks{int(rows), chunk}.count() > 1 &&

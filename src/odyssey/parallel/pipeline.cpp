@@ -50,6 +50,9 @@ PipelineRunner::InFlight& PipelineRunner::slot(int chunk, int mb) {
 
 void PipelineRunner::release(int chunk, int mb) {
   auto it = in_flight_.find({chunk, mb});
+  // d(output) was copied into the stage's activations by its backward: a free slot holds none, so what
+  // a micro-batch holds does not depend on which slot it reuses (the footprint, train/footprint.h).
+  it->second->out_grad.resize(0);
   free_[size_t(chunk)].push_back(std::move(it->second));
   in_flight_.erase(it);
 }

@@ -168,18 +168,27 @@ size_t RingAttention::bytes() const {
   return n;
 }
 
-size_t RingAttention::bytes_for_heads(int B, int Tl, int H, int Hkv, int D) const {
-  const size_t P = size_t(ring_.size()), rows = size_t(std::min(options_.progress_rows, Tl));
+size_t ring_scratch_bytes(int P_, int progress_rows, int B, int Tl, int H, int Hkv, int D) {
+  const size_t P = size_t(P_), rows = size_t(std::min(progress_rows, Tl));
   const size_t kv_n = size_t(B) * Tl * 2 * Hkv * D, buffers = P > 1 ? 2 : 1;
   // kv_ and dkv_ (double-buffered on a ring), dkv_in_, a block's out and lse, a slice of the lse.
   const size_t floats =
       2 * buffers * kv_n + (P > 1 ? kv_n : 0) + size_t(B) * rows * H * D + 2 * size_t(B) * H * rows;
-  return floats * sizeof(float);
+  return floats * dtype_size(DType::f32);
+}
+
+size_t ring_bytes_for(int P, int progress_rows, int n_kv_head, int B, int T, int H, int D) {
+  // Scratch only (nothing saved per layer): the schedule's, and dq of the layers' in-place backward.
+  return ring_scratch_bytes(P, progress_rows, B, T, H, n_kv_head ? n_kv_head : H, D) +
+         size_t(B) * T * H * D * dtype_size(DType::f32);
+}
+
+size_t RingAttention::bytes_for_heads(int B, int Tl, int H, int Hkv, int D) const {
+  return ring_scratch_bytes(ring_.size(), options_.progress_rows, B, Tl, H, Hkv, D);
 }
 
 size_t RingAttention::bytes_for(int B, int T, int H, int D, int /*n_layer*/) const {
-  // Scratch only (nothing saved per layer): the schedule's, and dq of the layers' in-place backward.
-  return bytes_for_heads(B, T, H, n_kv_head_ ? n_kv_head_ : H, D) + size_t(B) * T * H * D * sizeof(float);
+  return ring_bytes_for(ring_.size(), options_.progress_rows, n_kv_head_, B, T, H, D);
 }
 
 void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,

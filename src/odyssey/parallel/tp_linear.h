@@ -57,6 +57,8 @@ class TensorParallelLinears : public LinearOps {
   // sums a reduce-scatter reads: n * max(in, out) floats each at most; Domino's second slot of the
   // partial sums). Plain TP reduces in place in the caller's output or dx.
   size_t bytes() const { return full_.bytes() + partial_[0].bytes() + partial_[1].bytes(); }
+  // Of bytes(): Domino's second slot (overlap_bytes_for at its widest call).
+  size_t overlap_bytes() const { return partial_[1].bytes(); }
   // What Domino's second slot adds for calls of n tokens of the group at most `width` features wide:
   // under TP-SP a partial sum [n, width]; plain TP, nothing.
   static size_t overlap_bytes_for(int64_t n, int width, const TpSplit& split);

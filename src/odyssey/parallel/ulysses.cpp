@@ -62,14 +62,35 @@ size_t UlyssesAttention::bytes() const {
   return send_.bytes() + recv_.bytes() + dout_h_.bytes() + dqkv_h_.bytes() + (inner_ ? inner_->bytes() : 0);
 }
 
-size_t UlyssesAttention::bytes_for(int B, int T, int H, int D, int n_layer) const {
-  const int U = comm_.size(), Hkv = n_kv_head_ ? n_kv_head_ : H;
-  const UlyssesHeads heads(H, Hkv, U);
+size_t ulysses_bytes_for(int U, int n_kv_head, int ring_ranks, int progress_rows, int B, int T, int H, int D,
+                         int n_layer) {
+  const UlyssesHeads heads(H, n_kv_head ? n_kv_head : H, U);
   const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads());
   const size_t qkv_h = size_t(U) * B * T * (Hl + 2 * Hkvl) * D, out_h = size_t(U) * B * T * Hl * D;
   // Saved per layer: head-sharded qkv and out. Scratch: send_, recv_, dqkv_h_ (qkv-sized), dout_h_.
   const size_t floats = size_t(n_layer) * (qkv_h + out_h) + 3 * qkv_h + out_h;
-  return floats * sizeof(float) + (inner_ ? inner_->bytes_for_heads(B, U * T, int(Hl), int(Hkvl), D) : 0);
+  return floats * dtype_size(DType::f32) +
+         (ring_ranks > 0 ? ring_scratch_bytes(ring_ranks, progress_rows, B, U * T, int(Hl), int(Hkvl), D)
+                         : 0);
+}
+
+size_t ulysses_chunk_bytes_for(int U, int n_kv_head, int rows, int H, int D) {
+  const UlyssesHeads heads(H, n_kv_head ? n_kv_head : H, U);
+  const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads()),
+               m = size_t(U) * size_t(rows) * D;
+  // send_ and recv_: a chunk's q | out | dout (or dq | dk | dv, or k | v) for every rank; dout_h_: the
+  // segment's out (forward) or dq (backward).
+  return (2 * m * std::max(3 * Hl, Hl + 2 * Hkvl) + m * Hl) * dtype_size(DType::f32);
+}
+
+KvPrefixLayout ulysses_kv_prefix(int U, int n_kv_head, int H, int D) {
+  const UlyssesHeads heads(H, n_kv_head ? n_kv_head : H, U);
+  return {2 * int64_t(heads.local_kv_heads()) * D, U, false};
+}
+
+size_t UlyssesAttention::bytes_for(int B, int T, int H, int D, int n_layer) const {
+  return ulysses_bytes_for(comm_.size(), n_kv_head_, inner_ ? inner_->comm().size() : 0,
+                           inner_ ? inner_->options().progress_rows : 0, B, T, H, D, n_layer);
 }
 
 void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
@@ -194,19 +215,11 @@ namespace odyssey {
 // --- query chunks (long-context-memory.md §4.8) ----------------------------------------------------
 
 KvPrefixLayout UlyssesAttention::kv_prefix(int H, int D) const {
-  const int U = comm_.size();
-  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
-  return {2 * int64_t(heads.local_kv_heads()) * D, U, false};
+  return ulysses_kv_prefix(comm_.size(), n_kv_head_, H, D);
 }
 
 size_t UlyssesAttention::chunk_bytes_for(int rows, int H, int D) const {
-  const int U = comm_.size();
-  const UlyssesHeads heads(H, n_kv_head_ ? n_kv_head_ : H, U);
-  const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads()),
-               m = size_t(U) * size_t(rows) * D;
-  // send_ and recv_: a chunk's q | out | dout (or dq | dk | dv, or k | v) for every rank; dout_h_: the
-  // segment's out (forward) or dq (backward).
-  return (2 * m * std::max(3 * Hl, Hl + 2 * Hkvl) + m * Hl) * sizeof(float);
+  return ulysses_chunk_bytes_for(comm_.size(), n_kv_head_, rows, H, D);
 }
 
 // The local chunk k of every rank (m rows) is the segment [U k c, U (k c + m)) only when the tokens

@@ -59,6 +59,15 @@ struct UlyssesHeads {
   UlyssesHeads(int H, int Hkv, int U);
 };
 
+// Sizes only (the footprint, train/footprint.h; the op's own methods): what Ulysses over U ranks with
+// n_kv_head key/value heads (0: H) holds after forward and backward of n_layer layers (saved per layer:
+// the head-sharded qkv and out; scratch: its messages, and an inner ring's of ring_ranks ranks, 0:
+// none), for query chunks of `rows` rows, and its K/V prefix.
+size_t ulysses_bytes_for(int U, int n_kv_head, int ring_ranks, int progress_rows, int B, int T, int H, int D,
+                         int n_layer);
+size_t ulysses_chunk_bytes_for(int U, int n_kv_head, int rows, int H, int D);
+KvPrefixLayout ulysses_kv_prefix(int U, int n_kv_head, int H, int D);
+
 class UlyssesAttention : public AttentionOp {
  public:
   // n_kv_head: key/value heads of the fused qkv (0: as many as query heads). inner (not owned):

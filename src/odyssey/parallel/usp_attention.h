@@ -37,6 +37,32 @@ struct SpAttentionOptions {
   int chunk_tokens = 0;
 };
 
+// The sizes of the op a layout of U Ulysses and R ring ranks installs, without its communicators (the
+// footprint, train/footprint.h): which op runs (Ulysses when U > 1, around an inner ring when R > 1;
+// else the ring) and what it holds, from the ops' sizes-only functions (ulysses.h, ring_attention.h).
+// SequenceParallelAttention answers its sizing questions through one of these.
+class SpAttentionSizes : public AttentionSizing {
+ public:
+  SpAttentionSizes(int U, int R, const SpAttentionOptions& options) : U_(U), R_(R), options_(options) {}
+  bool has_ring() const { return R_ > 1 || U_ == 1; }  // with one rank: the ring of one, local attention
+  bool has_ulysses() const { return U_ > 1; }
+
+  bool saves_qkv() const override { return has_ulysses(); }
+  bool backward_in_place() const override { return has_ring(); }
+  size_t bytes_for(int B, int T, int H, int D, int n_layer) const override;
+  // Query chunks (long-context-memory.md §4.8): Ulysses alone runs them against the K/V prefix
+  // (ulysses.h); under the ring and the hybrid the ring steps are the outer loop, each arriving K/V
+  // block applied to every local query row block, and their backward runs in place (the layer's qkv
+  // becomes its gradient: no sequence-wide dqkv).
+  bool chunks_queries() const override { return has_ulysses() && !has_ring(); }
+  KvPrefixLayout kv_prefix(int H, int D) const override;
+  size_t chunk_bytes_for(int rows, int H, int D) const override;
+
+ private:
+  int U_, R_;
+  SpAttentionOptions options_;
+};
+
 class SequenceParallelAttention : public AttentionOp {
  public:
   // ulysses, ring: the grid's sp_ulysses and sp_ring groups (not owned; must outlive the op).
@@ -48,18 +74,14 @@ class SequenceParallelAttention : public AttentionOp {
                 int T, int H, int D, const AttentionSaved* saved) override;
 
   size_t bytes() const override { return op_->bytes(); }
-  bool saves_qkv() const override { return op_->saves_qkv(); }
+  // Sizing: the layout's SpAttentionSizes.
+  bool saves_qkv() const override { return sizes_.saves_qkv(); }
   size_t bytes_for(int B, int T, int H, int D, int n_layer) const override {
-    return op_->bytes_for(B, T, H, D, n_layer);
+    return sizes_.bytes_for(B, T, H, D, n_layer);
   }
-
-  // Query chunks (long-context-memory.md §4.8): Ulysses alone runs them against the K/V prefix
-  // (ulysses.h); under the ring and the hybrid the ring steps are the outer loop, each arriving K/V
-  // block applied to every local query row block, and their backward runs in place (the layer's qkv
-  // becomes its gradient: no sequence-wide dqkv).
-  bool chunks_queries() const override { return ulysses_ && !ring_; }
-  bool backward_in_place() const override { return ring_ && op_->backward_in_place(); }
-  KvPrefixLayout kv_prefix(int H, int D) const override { return op_->kv_prefix(H, D); }
+  bool chunks_queries() const override { return sizes_.chunks_queries(); }
+  bool backward_in_place() const override { return sizes_.backward_in_place(); }
+  KvPrefixLayout kv_prefix(int H, int D) const override { return sizes_.kv_prefix(H, D); }
   void store_kv(MutKvRows kv, const float* qkv, int r, int n, int T, int H, int D) override {
     op_->store_kv(kv, qkv, r, n, T, H, D);
   }
@@ -71,7 +93,7 @@ class SequenceParallelAttention : public AttentionOp {
                       const float* qkv, KvRows kv, int r, int n, int T, int H, int D) override {
     op_->backward_chunk(dqkv, dkv, dout, out, lse, qkv, kv, r, n, T, H, D);
   }
-  size_t chunk_bytes_for(int rows, int H, int D) const override { return op_->chunk_bytes_for(rows, H, D); }
+  size_t chunk_bytes_for(int rows, int H, int D) const override { return sizes_.chunk_bytes_for(rows, H, D); }
 
   // The token layout the op expects of its inputs: slice rows with shard_positions(T, shard()) (under
   // query-chunked Ulysses dealt by options.chunk_tokens).
@@ -83,6 +105,7 @@ class SequenceParallelAttention : public AttentionOp {
   Communicator& ulysses_comm_;
   Communicator& ring_comm_;
   SpAttentionOptions options_;
+  SpAttentionSizes sizes_;
   std::unique_ptr<RingAttention> ring_;
   std::unique_ptr<UlyssesAttention> ulysses_;
   AttentionOp* op_ = nullptr;

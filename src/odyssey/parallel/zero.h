@@ -132,6 +132,8 @@ class ZeroEngine : public LayerHooks {
   void step(float lr, int64_t step, float grad_scale);
 
   MemoryReport memory() const;
+  // Of memory().comm_buffers: the peak of ZeRO-3's gathered units (the rest is the gradient buckets').
+  uint64_t peak_gathered_bytes() const { return uint64_t(peak_gathered_bytes_); }
   const Partition& partition() const { return *part_; }
   // This rank's fp32 master state, for checkpoints. Parameters are in the local layout under stage 3
   // and under comm.weights (stages 1-2 keep a separate master shard, the replica being quantized),

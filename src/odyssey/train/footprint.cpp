@@ -1,12 +1,20 @@
 #include "odyssey/train/footprint.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 
+#include "odyssey/comm/mpi_communicator.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/tensor_view.h"
+#include "odyssey/kernels/gemm.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/model/block_stage.h"
 #include "odyssey/parallel/data_parallel.h"
 #include "odyssey/parallel/shard.h"
+#include "odyssey/parallel/tp_linear.h"
+#include "odyssey/parallel/usp_attention.h"
+#include "odyssey/parallel/vocab_parallel.h"
 #include "odyssey/train/layout_builder.h"
 
 namespace odyssey {
@@ -46,6 +54,8 @@ ZeroOptions zero_options(const RunConfig& config) {
 
 namespace {
 
+constexpr int kAdamWStates = 2;  // m and v
+
 int replicas_of(const RunConfig& c, const RankPlace& place) {
   if (place.replicas > 0) return place.replicas;
   ODY_CHECK(c.parallel.dp > 0, "footprint: parallel.dp must be given (it is {}: derived from a world size)",
@@ -53,17 +63,357 @@ int replicas_of(const RunConfig& c, const RankPlace& place) {
   return c.parallel.dp * c.parallel.sp_ulysses * c.parallel.sp_ring;
 }
 
+// What every place of a layout shares, computed once: the stages' layer ranges, the pipeline's action
+// tables, the tokens per rank, the tensor-parallel split and the attention op's sizes, as the layout
+// builder (train/layout_builder.cpp) makes them.
+struct LayoutSizes {
+  LayoutSizes(const RunConfig& config, int replicas_) : c(config), arch(architecture(config.model.arch)) {
+    const ParallelConfig& pc = c.parallel;
+    replicas = replicas_;
+    const int sp = pc.sp_ulysses * pc.sp_ring;
+    shape = pipeline_shape(c, replicas / sp);
+    ranges = stage_ranges(c);
+    tables = build_schedule(pipeline_schedule(c), shape);
+    B = c.train.micro_batch;
+    T = c.seq_len() / sp;
+    const int t = pc.tp;
+    split = TpSplit{t, t > 1 && pc.tp_sp, t > 1 && pc.tp_overlap == TpOverlap::domino};
+    vocab_rows = t > 1 ? padded_vocab(c.model.vocab_size, t) / t : c.model.vocab_size;
+    // The key/value heads of a tp rank: its share, or the one it holds when they are replicated.
+    const int K = c.model.kv_heads(), kv_local = K % t == 0 ? K / t : 1;
+    if (sp > 1) {
+      SpAttentionOptions so;
+      so.n_kv_head = kv_local;
+      attention = std::make_unique<SpAttentionSizes>(pc.sp_ulysses, pc.sp_ring, so);
+    } else {
+      attention = std::make_unique<LocalAttention>(kv_local);
+    }
+  }
+
+  MemoryOptions memory(CheckpointPolicy policy) const {
+    return MemoryOptions{policy, c.memory.head_chunk_tokens, c.layer_chunk_rows(), c.memory.tier, ""};
+  }
+  StageRange range(int chunk, int pp) const {
+    const auto [begin, end] = ranges[size_t(chunk * shape.P + pp)];
+    return StageRange{begin, end}.resolved(c.model);
+  }
+  ParamTable table(const StageRange& range, int tp) const {
+    ParamTable t = arch.stage_table(c.model, range);
+    return c.parallel.tp > 1 ? t.tensor_parallel(c.parallel.tp, tp) : t;
+  }
+
+  const RunConfig& c;
+  const Architecture& arch;
+  int replicas = 1;
+  PipelineShape shape;
+  std::vector<std::pair<int, int>> ranges;
+  std::vector<std::vector<PipeAction>> tables;
+  int B = 1, T = 1;
+  TpSplit split;
+  int64_t vocab_rows = 0;
+  std::unique_ptr<AttentionSizing> attention;
+};
+
+// One stage (model chunk) of the rank: its table, what a micro-batch of it holds, and its place.
+struct ChunkSizes {
+  StageRange range;
+  ParamTable table;
+  StageMemory memory;     // one micro-batch (block_stage_memory)
+  uint64_t hidden = 0;    // a received hidden state or its gradient [rows(B T), C]
+  uint64_t deferred = 0;  // zb1: an I's recorded weight-GEMM operands
+  bool first = false, last = false;
+};
+
+// The pipeline runner's holdings over this rank's action table (parallel/pipeline.cpp, track_in_flight):
+// after each F and each I, the micro-batch stages in flight (activations, and a received hidden state
+// on a stage after the first, d(output) during an I on a stage before the last) and the deferred
+// operands of I's whose W has not run. Also the most micro-batches each chunk holds at once.
+struct PipelineHoldings {
+  uint64_t peak = 0;
+  std::vector<int> slots;  // per chunk
+};
+
+PipelineHoldings replay_pipeline(const std::vector<PipeAction>& actions, const PipelineShape& shape,
+                                 const std::vector<ChunkSizes>& chunks) {
+  PipelineHoldings h;
+  h.slots.assign(chunks.size(), 0);
+  std::map<std::pair<int, int>, uint64_t> in_flight, deferred;  // (chunk, mb) -> bytes
+  std::vector<int> held(chunks.size(), 0);
+  auto track = [&] {
+    uint64_t bytes = 0;
+    for (const auto& [key, b] : in_flight) bytes += b;
+    for (const auto& [key, b] : deferred) bytes += b;
+    h.peak = std::max(h.peak, bytes);
+  };
+  for (const PipeAction& a : actions) {
+    const int chunk = shape.chunk_of(a.stage);
+    const ChunkSizes& cs = chunks[size_t(chunk)];
+    const std::pair<int, int> key{chunk, a.mb};
+    if (a.kind == PipeAction::forward) {
+      in_flight[key] = cs.memory.activations + (cs.first ? 0 : cs.hidden);
+      h.slots[size_t(chunk)] = std::max(h.slots[size_t(chunk)], ++held[size_t(chunk)]);
+      track();
+    } else if (a.kind == PipeAction::weight) {
+      deferred.erase(key);
+    } else {
+      if (a.kind == PipeAction::input) {
+        deferred[key] = cs.deferred;
+        in_flight[key] += cs.last ? 0 : cs.hidden;
+        track();
+      }
+      in_flight.erase(key);
+      --held[size_t(chunk)];
+    }
+  }
+  return h;
+}
+
+// A ZeRO engine's communication buffers over the chunk's actions (parallel/zero.cpp,
+// parallel/data_parallel.cpp), driven by the hooks the stage calls: ZeRO-3's gathered units (gathered at
+// a use or prefetched at the use before it, released after the use unless the next use is the same
+// unit) and, pooled (ZeRO 2-3), the gradient buckets (held from their first backward use until their
+// reduction completes) and the receive scratch of a micro-step after the step's first. A reduction
+// completes when the engine must wait for it (max_in_flight reached, the micro-step's end): the live
+// engine may complete one earlier, so its buckets are at most these.
+class EngineReplay {
+ public:
+  EngineReplay(const ParamTable& table, const std::vector<UnitUse>& schedule, const ZeroOptions& options,
+               int replicas, int rank)
+      : part_(table, build_buckets(table, options.stage == 3 ? 0 : int64_t(options.bucket_mb * 1e6)),
+              options.stage > 0 ? replicas : 1, options.stage > 0 ? rank : 0, comm_shard_align(options.comm)),
+        schedule_(schedule),
+        stage3_(options.stage == 3),
+        pooled_(options.stage >= 2),
+        every_micro_step_(options.stage >= 2),
+        sharded_(options.stage > 0),
+        max_in_flight_(options.max_in_flight) {
+    const size_t units = size_t(table.num_units());
+    gathered_.assign(units, 0);
+    forward_uses_.assign(units, {});
+    next_forward_.assign(units, 0);
+    backward_use_.assign(units, -1);
+    for (int i = 0; i < int(schedule_.size()); ++i) {
+      const UnitUse& use = schedule_[size_t(i)];
+      if (use.forward)
+        forward_uses_[size_t(use.unit)].push_back(i);
+      else
+        backward_use_[size_t(use.unit)] = i;
+    }
+    bucket_.assign(part_.segments().size(), 0);
+  }
+
+  uint64_t peak() const { return gathered_peak_ + grads_peak_; }
+  uint64_t gathered_peak() const { return gathered_peak_; }
+
+  void zero_grad() { shard_written_ = false; }
+  // F of a micro-batch: the forward uses; a last stage's loss begins the head's backward use.
+  void forward(bool with_loss) {
+    for (const UnitUse& use : schedule_)
+      if (use.forward) before_forward(use.unit), after_forward(use.unit);
+    if (with_loss) before_backward(first_backward().unit);
+  }
+  // B (or I) of a micro-batch, one micro-step: the backward uses as the stage makes them (the first
+  // begun by the loss on a stage with the head; a tied head sharing the embeddings' unit ends its use
+  // after the embedding backward).
+  void backward(bool has_head, bool head_in_unit0, bool last) {
+    begin_micro_step(last);
+    bool first = true;
+    for (const UnitUse& use : schedule_) {
+      if (use.forward) continue;
+      if (!(first && has_head)) before_backward(use.unit);
+      if (!(first && head_in_unit0)) after_backward(use.unit);
+      first = false;
+    }
+    if (head_in_unit0) after_backward(first_backward().unit);
+    finish();
+  }
+  // zb1's last W: the step's gradients complete, every unit's backward use ended.
+  void last_weight() {
+    begin_micro_step(true);
+    for (const UnitUse& use : schedule_)
+      if (!use.forward) after_backward(use.unit);
+    finish();
+  }
+
+ private:
+  const UnitUse& first_backward() const {
+    return *std::find_if(schedule_.begin(), schedule_.end(), [](const UnitUse& u) { return !u.forward; });
+  }
+  uint64_t padded_bytes(int segment) const {
+    return uint64_t(part_.segments()[size_t(segment)].layout.padded) * dtype_size(DType::f32);
+  }
+  void gathered(int64_t delta) {
+    gathered_now_ += delta;
+    gathered_peak_ = std::max(gathered_peak_, uint64_t(gathered_now_));
+  }
+  void buffers(int64_t delta) {
+    grads_now_ += delta;
+    grads_peak_ = std::max(grads_peak_, uint64_t(grads_now_));
+  }
+  void gather(int unit) {
+    uint64_t& g = gathered_[size_t(unit)];
+    if (g) return;
+    g = padded_bytes(part_.segment_of_unit(unit));
+    gathered(int64_t(g));
+  }
+  void release(int unit) {
+    gathered(-int64_t(gathered_[size_t(unit)]));
+    gathered_[size_t(unit)] = 0;
+  }
+  void prefetch_after(int position) {
+    if (position + 1 < int(schedule_.size())) gather(schedule_[size_t(position) + 1].unit);
+  }
+  int forward_use(int unit) const { return forward_uses_[size_t(unit)][size_t(next_forward_[size_t(unit)])]; }
+  void before_forward(int unit) {
+    if (!stage3_) return;
+    gather(unit);
+    prefetch_after(forward_use(unit));
+  }
+  void after_forward(int unit) {
+    if (!stage3_) return;
+    const int position = forward_use(unit);
+    int& next = next_forward_[size_t(unit)];
+    next = (next + 1) % int(forward_uses_[size_t(unit)].size());
+    const bool kept = position + 1 < int(schedule_.size()) && schedule_[size_t(position) + 1].unit == unit;
+    if (!kept) release(unit);
+  }
+  void before_backward(int unit) {
+    if (stage3_) gather(unit), prefetch_after(backward_use_[size_t(unit)]);
+    if (!pooled_) return;
+    const int s = part_.segment_of_unit(unit);
+    if (bucket_[size_t(s)]) return;
+    while (int(in_flight_.size()) >= max_in_flight_) complete_oldest();
+    bucket_[size_t(s)] = padded_bytes(s);
+    buffers(int64_t(bucket_[size_t(s)]));
+  }
+  void after_backward(int unit) {
+    const int s = part_.segment_of_unit(unit);
+    if (reduce_now_ && unit == part_.segments()[size_t(s)].unit_begin) {
+      // The first reduction of a step lands in the shard; later micro-steps receive into scratch.
+      const uint64_t scratch =
+          sharded_ && shard_written_
+              ? uint64_t(part_.segments()[size_t(s)].layout.shard) * dtype_size(DType::f32)
+              : 0;
+      buffers(int64_t(scratch));
+      in_flight_.push_back({s, scratch});
+    }
+    if (stage3_) release(unit);
+  }
+  void begin_micro_step(bool last) { reduce_now_ = every_micro_step_ || last; }
+  void complete_oldest() {
+    const auto [s, scratch] = in_flight_.front();
+    in_flight_.erase(in_flight_.begin());
+    buffers(-int64_t(scratch));
+    if (pooled_) buffers(-int64_t(bucket_[size_t(s)])), bucket_[size_t(s)] = 0;
+  }
+  void finish() {
+    while (!in_flight_.empty()) complete_oldest();
+    if (reduce_now_ && sharded_) shard_written_ = true;
+  }
+
+  Partition part_;
+  std::vector<UnitUse> schedule_;
+  bool stage3_, pooled_, every_micro_step_, sharded_;
+  int max_in_flight_;
+  std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
+  std::vector<std::vector<int>> forward_uses_;
+  std::vector<int> next_forward_, backward_use_;
+  std::vector<uint64_t> bucket_;                     // per segment: its pooled bucket's bytes (0: none)
+  std::vector<std::pair<int, uint64_t>> in_flight_;  // reductions launched: (segment, scratch bytes)
+  bool reduce_now_ = true, shard_written_ = false;
+  int64_t gathered_now_ = 0, grads_now_ = 0;
+  uint64_t gathered_peak_ = 0, grads_peak_ = 0;
+};
+
+// The engines' buffers over a step of this rank's actions, one engine per chunk: their peaks summed (as
+// the engines report them), and of that ZeRO-3's gathered units.
+std::pair<uint64_t, uint64_t> replay_engines(const LayoutSizes& L, const RankPlace& place,
+                                             const std::vector<ChunkSizes>& chunks) {
+  const RunConfig& c = L.c;
+  const ZeroOptions zo = zero_options(c);
+  const char* tied = L.arch.tied_head(c.model);
+  std::vector<EngineReplay> engines;
+  for (const ChunkSizes& cs : chunks)
+    engines.emplace_back(cs.table, stage_unit_schedule(c.model, cs.range, tied != nullptr), zo, L.replicas,
+                         place.replica);
+  for (EngineReplay& e : engines) e.zero_grad();
+  std::vector<int> backwards_left(chunks.size(), L.shape.m);
+  for (const PipeAction& a : L.tables[size_t(place.pp)]) {
+    const int chunk = L.shape.chunk_of(a.stage);
+    const ChunkSizes& cs = chunks[size_t(chunk)];
+    EngineReplay& e = engines[size_t(chunk)];
+    if (a.kind == PipeAction::forward) {
+      e.forward(cs.last);
+    } else if (a.kind == PipeAction::weight) {
+      if (--backwards_left[size_t(chunk)] == 0) e.last_weight();
+    } else {
+      const bool later = a.kind == PipeAction::input;
+      const bool head_in_unit0 = cs.last && tied && cs.first;
+      e.backward(cs.last, head_in_unit0, !later && --backwards_left[size_t(chunk)] == 0);
+    }
+  }
+  uint64_t total = 0, gathered = 0;
+  for (const EngineReplay& e : engines) total += e.peak(), gathered += e.gathered_peak();
+  return {total, gathered};
+}
+
+RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, CheckpointPolicy policy) {
+  ODY_CHECK(policy != CheckpointPolicy::automatic,
+            "footprint: memory.checkpoint = auto must be resolved to a policy first");
+  const RunConfig& c = L.c;
+  const ModelConfig& mc = c.model;
+  const uint64_t f32 = dtype_size(DType::f32);
+  RankFootprint f;
+  const ZeroOptions zo = zero_options(c);
+  std::vector<ChunkSizes> chunks;
+  for (int chunk = 0; chunk < L.shape.v; ++chunk) {
+    ChunkSizes cs;
+    cs.range = L.range(chunk, place.pp);
+    cs.table = L.table(cs.range, place.tp);
+    const StateBytes s = engine_state_bytes(cs.table, zo, L.replicas, place.replica, kAdamWStates);
+    f.state.params += s.params, f.state.grads += s.grads, f.state.optimizer += s.optimizer;
+    cs.memory = block_stage_memory(L.arch.block(), mc, cs.range, L.B, L.T, L.memory(policy), L.split,
+                                   L.vocab_rows, *L.attention);
+    const int64_t tokens = int64_t(L.B) * L.T;
+    cs.hidden = uint64_t(L.split.rows(tokens)) * uint64_t(mc.d_model) * f32;
+    if (pipeline_schedule(c) == PipelineSchedule::zb1) cs.deferred = cs.memory.deferred;
+    cs.first = cs.range.embeddings();
+    cs.last = cs.range.head(mc);
+    chunks.push_back(std::move(cs));
+  }
+  const PipelineHoldings held = replay_pipeline(L.tables[size_t(place.pp)], L.shape, chunks);
+  // The attention op is one per rank, its scratch the largest any of its stages asks for; the GEMMs'
+  // padded-B scratch is sized by the widest linear input (kernels/gemm.h).
+  uint64_t attention_scratch = 0;
+  for (const ChunkSizes& cs : chunks)
+    attention_scratch = std::max<uint64_t>(attention_scratch, cs.memory.attention_scratch);
+  f.activations = held.peak + attention_scratch + gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim()));
+  // Domino's second reduction in flight: its partial sums over a half's rows (of the tp group under TP-SP).
+  if (L.split.overlap) {
+    const int64_t half = int64_t(c.layer_chunk_rows()) * (L.split.sequence_parallel ? L.split.t : 1);
+    f.activations += TensorParallelLinears::overlap_bytes_for(half, mc.d_model, L.split);
+  }
+  for (size_t i = 0; i < chunks.size(); ++i) f.offload += chunks[i].memory.offload * uint64_t(held.slots[i]);
+  // What MPI's reductions hold while they run (MpiCommunicator::transient_bytes): one at a time on this
+  // thread, one more on Domino's communication thread.
+  const int world = L.replicas * c.parallel.tp * c.parallel.pp;
+  const uint64_t transient = world > 1 ? 3 * uint64_t(MpiCommunicator::max_reduction_bytes()) : 0;
+  const auto [engines, gathered] = replay_engines(L, place, chunks);
+  f.comm_buffers = engines + transient * (L.split.overlap ? 2 : 1);
+  f.gathered_units = gathered;
+  return f;
+}
+
 }  // namespace
 
 StateBytes rank_state_bytes(const RunConfig& config, const RankPlace& place) {
   const Architecture& arch = architecture(config.model.arch);
   const std::vector<std::pair<int, int>> ranges = stage_ranges(config);
-  const PipelineShape shape{config.parallel.pp, config.parallel.pp > 1 ? config.parallel.pp_virtual : 1, 1};
+  const int P = config.parallel.pp, v = P > 1 ? config.parallel.pp_virtual : 1;
   const ZeroOptions zo = zero_options(config);
-  constexpr int kAdamWStates = 2;  // m and v
   StateBytes total;
-  for (int chunk = 0; chunk < shape.v; ++chunk) {
-    const auto [begin, end] = ranges[size_t(chunk * shape.P + place.pp)];
+  for (int chunk = 0; chunk < v; ++chunk) {
+    const auto [begin, end] = ranges[size_t(chunk * P + place.pp)];
     ParamTable table = arch.stage_table(config.model, StageRange{begin, end});
     if (config.parallel.tp > 1) table = table.tensor_parallel(config.parallel.tp, place.tp);
     const StateBytes s =
@@ -73,20 +423,34 @@ StateBytes rank_state_bytes(const RunConfig& config, const RankPlace& place) {
   return total;
 }
 
-StateBytes max_rank_state_bytes(const RunConfig& config, int world_size) {
+RankFootprint rank_footprint(const RunConfig& config, const RankPlace& place, CheckpointPolicy policy) {
+  const LayoutSizes sizes(config, replicas_of(config, place));
+  return footprint_at(sizes, place, policy);
+}
+
+RankFootprint max_rank_footprint(const RunConfig& config, int world_size, CheckpointPolicy policy) {
   const ParallelConfig& pc = config.parallel;
   const int others = pc.tp * pc.pp * pc.sp_ulysses * pc.sp_ring;
   ODY_CHECK(others > 0 && world_size % others == 0,
             "a world of {} ranks is not a multiple of tp x pp x sp_ulysses x sp_ring = {}", world_size,
             others);
   const int replicas = (pc.dp > 0 ? pc.dp : world_size / others) * pc.sp_ulysses * pc.sp_ring;
-  StateBytes most;
+  const LayoutSizes sizes(config, replicas);
+  RankFootprint most;
   for (int pp = 0; pp < pc.pp; ++pp)
     for (int tp = 0; tp < pc.tp; ++tp) {
-      const StateBytes s = rank_state_bytes(config, RankPlace{pp, tp, 0, replicas});
-      if (s.total() > most.total()) most = s;
+      const RankFootprint f = footprint_at(sizes, RankPlace{pp, tp, 0, replicas}, policy);
+      if (f.ram() > most.ram()) most = f;
     }
   return most;
+}
+
+std::vector<CheckpointPolicy> auto_checkpoint_candidates(const RunConfig& config) {
+  std::vector<CheckpointPolicy> policies = {CheckpointPolicy::none, CheckpointPolicy::cheap,
+                                            CheckpointPolicy::keep_attention, CheckpointPolicy::full};
+  if (config.memory.tier == MemoryTier::disk) policies.erase(policies.begin(), policies.begin() + 2);
+  if (config.parallel.tp_overlap == TpOverlap::domino) policies.resize(2);
+  return policies;
 }
 
 }  // namespace odyssey

@@ -1,12 +1,23 @@
-// What a rank holds, as a pure function of the config and its place in the layout: no MPI, no
-// allocation, no stage or engine built. Today it gives the model state (parameters, gradients,
-// optimizer moments) of every rank, equal byte for byte to what the ZeRO engines allocate (the live
-// accounting, MemoryReport) and used by the start-up check; activations, communication buffers and
-// the disk tier are still sized from the built stages (train/memory_plan.h).
+// What a rank holds, as a pure function of the config, its place in the layout and the memory policy:
+// no MPI, no allocation, no stage, engine or op built. It is the one source of the live memory report
+// (train/step_metrics.h), the start-up check and memory.checkpoint = auto (train/memory_plan.h),
+// `odyssey train --dry-run --world-size N` and the planner (plan/memory_model.h). Every figure is bytes
+// = elements x the element's dtype size.
 //
-// The state is offset arithmetic over the stage's parameter table (DESIGN: flat buffers with a named
-// table): ZeRO's partition (parallel/shard.h) of the table's buckets (stages 0-2) or units (stage 3)
-// over the dp x sp replicas, padded per segment to a multiple of them (32 under quantized comm).
+// - state: offset arithmetic over the stage's parameter table (DESIGN: flat buffers with a named table):
+//   ZeRO's partition (parallel/shard.h) of the table's buckets (stages 0-2) or units (stage 3) over the
+//   dp x sp replicas, padded per segment to a multiple of them (32 under quantized comm);
+// - activations: each of the rank's stages sized from its architecture's block description
+//   (block_stage_memory, model/block_stage.h) under the policy, row and query chunks, the tensor-parallel
+//   split and the sequence-parallel attention's sizes (SpAttentionSizes, parallel/usp_attention.h); the
+//   pipeline's action table of this rank replayed as the runner holds them (micro-batch stages in
+//   flight with their received hidden states and gradients, zb1's deferred weight-GEMM operands), plus
+//   the attention op's scratch, the GEMMs' scratch and Domino's second partial-sum slot;
+// - communication buffers: each engine's hooks replayed over the same table: ZeRO-3's gathered units
+//   (prefetch and release follow the stage's unit schedule) and the pooled gradient buckets with their
+//   receive scratch (ZeRO 2-3; a bound: a reduction counts as in flight until the engine must wait for
+//   it), plus what MPI's reductions hold while they run;
+// - offload: the disk tier's file of each activation set the runner keeps.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +29,7 @@
 
 namespace odyssey {
 
-// One rank's bytes by kind.
+// One rank's model state by kind.
 struct StateBytes {
   uint64_t params = 0;     // the weights the model computes with (+ the master shard under comm.weights)
   uint64_t grads = 0;      // the gradient buffer (ZeRO 0-1) and the reduced shard (ZeRO >= 1)
@@ -31,6 +42,16 @@ struct RankPlace {
   int pp = 0, tp = 0;
   int replica = 0;   // rank in dp x sp
   int replicas = 0;  // dp x sp (0: parallel.dp x sp_ulysses x sp_ring of the config, dp given)
+};
+
+// Everything one rank holds.
+struct RankFootprint {
+  StateBytes state;
+  uint64_t activations = 0;     // peak of the step's activations and their working buffers
+  uint64_t comm_buffers = 0;    // peak of the engines' buffers, and the reductions' transient
+  uint64_t gathered_units = 0;  // of comm_buffers: the peak of ZeRO-3's gathered units
+  uint64_t offload = 0;         // memory.tier = disk: the scratch files (on disk, not in RAM)
+  uint64_t ram() const { return state.total() + activations + comm_buffers; }
 };
 
 // ZeRO's view of the [parallel] and [comm] keys (the nodes' split, comm.ranks_per_node, comes from the
@@ -46,9 +67,18 @@ StateBytes engine_state_bytes(const ParamTable& table, const ZeroOptions& option
 // architecture, cut for its tp piece).
 StateBytes rank_state_bytes(const RunConfig& config, const RankPlace& place);
 
+// Everything the rank at `place` holds during a training step with activations kept by `policy` (never
+// auto; memory.checkpoint itself is not read). The config is validated (RunConfig::validate).
+RankFootprint rank_footprint(const RunConfig& config, const RankPlace& place, CheckpointPolicy policy);
+
 // The most any rank of the layout on world_size ranks holds (parallel.dp 0: derived from it), over its
-// pp x tp places (every replica's shard is the same size: segments are padded to a multiple of them).
-// `odyssey train --dry-run --world-size N` prints it without building the layout.
-StateBytes max_rank_state_bytes(const RunConfig& config, int world_size);
+// pp x tp places (every replica's shard is the same size: segments are padded to a multiple of them),
+// by RAM. `odyssey train --dry-run --world-size N` prints it without building the layout.
+RankFootprint max_rank_footprint(const RunConfig& config, int world_size, CheckpointPolicy policy);
+
+// The policies memory.checkpoint = auto tries, fastest first: none, cheap, keep_attention, full (the disk
+// tier holds what keep_attention and full keep: those two; Domino keeps both halves' token-local
+// activations: none and cheap).
+std::vector<CheckpointPolicy> auto_checkpoint_candidates(const RunConfig& config);
 
 }  // namespace odyssey

@@ -8,24 +8,19 @@
 
 #include <fmt/format.h>
 
-#include "odyssey/kernels/gemm.h"
 #include "odyssey/train/footprint.h"
 
 namespace odyssey {
 
 MemoryReport live_memory(Layout& layout) {
-  // The state from the footprint (what the engines allocate, train/footprint.h); the buffers' peaks
-  // as the engines measured them.
-  const StateBytes state = rank_state_bytes(layout.config, layout.place());
+  // The footprint of this rank under the policy its stages run (train/footprint.h): what the engines,
+  // the runner and the ops allocate, sized from the config (tests/train/mpitest_footprint.cpp checks it
+  // against their allocations).
+  const RankFootprint f = rank_footprint(layout.config, layout.place(), layout.policy);
   MemoryReport memory;
-  memory.params = state.params, memory.grads = state.grads, memory.optimizer = state.optimizer;
-  memory.comm_buffers = layout.reduction_transient_bytes();
-  for (const auto& engine : layout.engines) memory.comm_buffers += engine->memory().comm_buffers;
-  // The GEMMs' padded-B scratch (kernels/gemm.h): a working buffer of the layers, counted with their
-  // activations. The widest B is a linear layer's input: the MLP's hidden size or the model's width.
-  const ModelConfig& mc = layout.config.model;
-  memory.activations = layout.runner->peak_activation_bytes() + layout.stages.front()->attention_bytes() +
-                       gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim()));
+  memory.params = f.state.params, memory.grads = f.state.grads, memory.optimizer = f.state.optimizer;
+  memory.activations = f.activations;
+  memory.comm_buffers = f.comm_buffers;
   return memory;
 }
 

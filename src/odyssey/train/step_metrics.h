@@ -41,8 +41,9 @@ struct StepFigures {
   double tokens_per_s() const { return step_tokens / (ms / 1e3); }
 };
 
-// What this rank holds (its engines' state and comm buffers, the activations of its pipeline's peak,
-// the attention op's, the GEMMs' scratch) and what its engines sent, summed over its stages.
+// What this rank holds (its footprint under the policy its stages run, train/footprint.h: the engines'
+// state and comm buffers, the activations of its pipeline's peak, the attention op's and the GEMMs'
+// scratch) and what its engines sent, summed over its stages.
 MemoryReport live_memory(Layout& layout);
 CommTraffic engines_traffic(const Layout& layout);
 

@@ -27,34 +27,6 @@ void update(const StepResult& r, const std::vector<ZeroEngine*>& engines, const 
 
 }  // namespace
 
-StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, MicroBatches& data,
-                      Communicator& loss_group, const StepSettings& settings, int64_t step, float lr,
-                      OpObserver* observer) {
-  const int B = data.rows(), T = data.local_len();
-  std::vector<int> inputs(size_t(B) * size_t(T)), targets(size_t(B) * size_t(T));
-  observed(observer, "memset.zero_grads", 0, [&] { engine.zero_grad(); });
-  LossSum local;
-  for (int micro = 0; micro < settings.micro_steps; ++micro) {
-    data.load(step, micro, inputs.data(), targets.data());
-    engine.begin_micro_step(micro == settings.micro_steps - 1);
-    int64_t n = 0;
-    model.forward(acts, inputs.data(), targets.data(), data.positions(), B, T);
-    local.sum += model.loss(acts, settings.dloss, &n);
-    model.backward(acts);
-    local.count += n;
-    engine.end_micro_step();
-  }
-  StepResult r;
-  r.loss = global_mean_loss(loss_group, local);
-  if (settings.tp) settings.tp->sum(engine);
-  observed(observer, "optim.grad_norm", 0, [&] {
-    r.grad_norm = settings.tp ? engines_grad_norm({&engine}, {settings.tp->norm_skip}, {settings.tp->tp})
-                              : global_grad_norm({engine.grad_norm_part()});
-  });
-  update(r, {&engine}, settings, step, lr, observer);
-  return r;
-}
-
 StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
                       const StepSettings& settings, int64_t step, float lr, OpObserver* observer) {
   const int B = data.rows(), T = data.local_len(), m = settings.micro_steps;
@@ -103,6 +75,16 @@ StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss
   r.pp_run_ms = pipe.runner->run_seconds() * 1e3;
   update(r, pipe.engines, settings, step, lr, observer);
   return r;
+}
+
+OneStagePipeline::OneStagePipeline(Stage& stage, ZeroEngine& engine, int micro_steps)
+    : runner(std::make_unique<PipelineRunner>(
+          pp, std::vector<Stage*>{&stage}, PipelineShape{1, 1, micro_steps}, PipelineSchedule::one_f_one_b)) {
+  step.runner = runner.get();
+  step.engines = {&engine};
+  runner->set_engines(step.engines);
+  step.tied = {Range{}};
+  step.norm_skip = {Range{}};
 }
 
 }  // namespace odyssey

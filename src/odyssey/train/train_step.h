@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/comm/single_communicator.h"
 #include "odyssey/model/op_observer.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/parallel/pipeline.h"
@@ -34,14 +36,6 @@ struct StepResult {
   double pp_run_ms = 0;      // pipeline: the schedule's whole run on this rank
 };
 
-// step: 0-based (the optimizer sees step + 1). acts: the activations the micro-steps run in.
-// loss_group: the ranks holding disjoint tokens (dp x sp). observer: times the step's own phases
-// ("memset.zero_grads", "optim.grad_norm", "optim.update"); the model's ops are observed through
-// Stage::set_observer. A loss or norm that is not finite fails naming the step, before any parameter changes.
-StepResult train_step(Stage& model, StageActivations& acts, ZeroEngine& engine, MicroBatches& data,
-                      Communicator& loss_group, const StepSettings& settings, int64_t step, float lr,
-                      OpObserver* observer = nullptr);
-
 // A rank's part of the step, whatever the layout (train/layout_builder.h builds it; pp = 1 is a
 // one-stage pipeline): its stages (model chunks), their engines, the runner over them, and the tied
 // embedding's copies.
@@ -58,10 +52,22 @@ struct PipelineStep {
 
 // The step the trainer runs: the step's micro-batches run by the runner's schedule (each backward one
 // micro-step of its chunk's engine), then the tied copies summed over embd, the loss over loss_group
-// and pp, the norm over every stage, clipping and every engine's update. The overload above is the
-// same sequence for one stage over caller-owned activations (the parity tests and bench_train drive
-// it; to be ported to this form).
+// and pp, the norm over every stage, clipping and every engine's update. step: 0-based (the optimizer
+// sees step + 1). loss_group: the ranks holding disjoint tokens (dp x sp). observer: times the step's
+// own phases ("memset.zero_grads", "optim.grad_norm", "optim.update"); the model's ops are observed
+// through Stage::set_observer. A loss or norm that is not finite fails naming the step, before any
+// parameter changes.
 StepResult train_step(PipelineStep& pipe, MicroBatches& data, Communicator& loss_group,
                       const StepSettings& settings, int64_t step, float lr, OpObserver* observer = nullptr);
+
+// One stage and its engine as a one-stage pipeline of `micro_steps` micro-batches, what the layout
+// builder makes for pp = 1, without a layout (the ZeRO parity tests and bench_train drive train_step
+// through it).
+struct OneStagePipeline {
+  OneStagePipeline(Stage& stage, ZeroEngine& engine, int micro_steps);
+  SingleCommunicator pp{"pp"};
+  std::unique_ptr<PipelineRunner> runner;
+  PipelineStep step;
+};
 
 }  // namespace odyssey
