@@ -52,6 +52,18 @@ ZeroOptions zero_options(const RunConfig& config) {
   return zo;
 }
 
+bool zero_comm_thread(OverlapThread mode, int replicas, int replicas_on_node, bool thread_multiple) {
+  switch (mode) {
+    case OverlapThread::off:
+      return false;
+    case OverlapThread::on:
+      return replicas > 1;
+    case OverlapThread::automatic:
+      return replicas > replicas_on_node && thread_multiple;
+  }
+  return false;
+}
+
 namespace {
 
 constexpr int kAdamWStates = 2;  // m and v
@@ -394,12 +406,14 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
     f.activations += TensorParallelLinears::overlap_bytes_for(half, mc.d_model, L.split);
   }
   for (size_t i = 0; i < chunks.size(); ++i) f.offload += chunks[i].memory.offload * uint64_t(held.slots[i]);
-  // What MPI's reductions hold while they run (MpiCommunicator::transient_bytes): one at a time on this
-  // thread, one more on Domino's communication thread.
+  // What MPI's reductions hold while they run (MpiCommunicator::transient_bytes): one at a time on each
+  // thread that runs them: this one, Domino's, ZeRO's (the footprint assumes MPI_THREAD_MULTIPLE).
   const int world = L.replicas * c.parallel.tp * c.parallel.pp;
   const uint64_t transient = world > 1 ? 3 * uint64_t(MpiCommunicator::max_reduction_bytes()) : 0;
+  const int on_node = place.replicas_on_node > 0 ? place.replicas_on_node : L.replicas;
+  const bool dp_thread = zero_comm_thread(c.comm.overlap_thread, L.replicas, on_node, true);
   const auto [engines, gathered] = replay_engines(L, place, chunks);
-  f.comm_buffers = engines + transient * (L.split.overlap ? 2 : 1);
+  f.comm_buffers = engines + transient * (1 + (L.split.overlap ? 1 : 0) + (dp_thread ? 1 : 0));
   f.gathered_units = gathered;
   return f;
 }

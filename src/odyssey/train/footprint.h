@@ -40,9 +40,15 @@ struct StateBytes {
 // Where a rank sits: its pipeline and tensor-parallel coordinates, and its place among the replicas.
 struct RankPlace {
   int pp = 0, tp = 0;
-  int replica = 0;   // rank in dp x sp
-  int replicas = 0;  // dp x sp (0: parallel.dp x sp_ulysses x sp_ring of the config, dp given)
+  int replica = 0;           // rank in dp x sp
+  int replicas = 0;          // dp x sp (0: parallel.dp x sp_ulysses x sp_ring of the config, dp given)
+  int replicas_on_node = 0;  // of them on this rank's node (0: all, one node)
 };
+
+// Whether ZeRO runs its collectives on a communication thread (comm.overlap_thread; auto: when the
+// replicas span nodes and MPI lets a second thread call it). The layout builder and the footprint (one
+// more reduction transient in flight) both ask this.
+bool zero_comm_thread(OverlapThread mode, int replicas, int replicas_on_node, bool thread_multiple);
 
 // Everything one rank holds.
 struct RankFootprint {

@@ -26,27 +26,20 @@ PipelineSchedule pipeline_schedule(const RunConfig& c) {
   return c.parallel.pp > 1 ? c.parallel.pp_schedule : PipelineSchedule::one_f_one_b;
 }
 
-ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
-  ZeroOptions zo = zero_options(config);
+int replicas_on_node(ProcessGrid& grid) {
   // dp ranks on my node (nodes hold consecutive dp ranks, as the grid lays them out).
   const std::vector<int>& node = grid.members(GridGroup::intra_node);
   int local = 0;
   for (int r : grid.members(GridGroup::dp_sp)) local += std::count(node.begin(), node.end(), r) > 0;
+  return local;
+}
+
+ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
+  ZeroOptions zo = zero_options(config);
+  const int local = replicas_on_node(grid);
   zo.comm.ranks_per_node = local;
-  // comm.overlap_thread = auto: a communication thread when the replicas span nodes (their links are
-  // what the compute waits for) and MPI lets a second thread call it.
-  const int replicas = grid.dp_sp().size();
-  switch (config.comm.overlap_thread) {
-    case OverlapThread::off:
-      zo.comm_thread = false;
-      break;
-    case OverlapThread::on:
-      zo.comm_thread = replicas > 1;
-      break;
-    case OverlapThread::automatic:
-      zo.comm_thread = replicas > local && runtime_thread_multiple();
-      break;
-  }
+  zo.comm_thread =
+      zero_comm_thread(config.comm.overlap_thread, grid.dp_sp().size(), local, runtime_thread_multiple());
   return zo;
 }
 
@@ -201,6 +194,11 @@ void Layout::start_offload(uint64_t offload_per_rank) {
   if (root())
     log_info("memory.tier = disk: {} of layer inputs per rank in {} (rank 0's scratch directory)",
              size(offload_per_rank), offload_dir->path());
+}
+
+RankPlace Layout::place() {
+  return RankPlace{grid.coords().pp, grid.coords().tp, replicas().rank(), replicas().size(),
+                   replicas_on_node(grid)};
 }
 
 uint64_t Layout::reduction_transient_bytes() const {

@@ -43,6 +43,8 @@ PipelineSchedule pipeline_schedule(const RunConfig& config);
 
 // ZeRO's view of the [parallel] and [comm] keys on this grid.
 ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid);
+// The dp x sp replicas on this rank's node.
+int replicas_on_node(ProcessGrid& grid);
 
 struct Layout {
   Layout(const RunConfig& config, Communicator& world);
@@ -78,9 +80,7 @@ struct Layout {
   Communicator& replicas() { return grid.dp_sp(); }  // the ranks holding disjoint tokens of a step
   bool root() const { return world.rank() == 0; }
   // This rank's place in the layout, as the footprint takes it (train/footprint.h).
-  RankPlace place() {
-    return RankPlace{grid.coords().pp, grid.coords().tp, replicas().rank(), replicas().size()};
-  }
+  RankPlace place();
   // The stages' memory options under a policy; the disk tier's files go to this rank's own directory
   // once it exists (start_offload), memory.offload_dir until then (only sized, never written).
   MemoryOptions memory_options(CheckpointPolicy checkpoint) const;
@@ -88,8 +88,8 @@ struct Layout {
   void set_memory_policy(CheckpointPolicy checkpoint);
   // memory.tier = disk: this rank's scratch directory, and the stages told to use it.
   void start_offload(uint64_t offload_per_rank);
-  // What MPI's reductions hold while they run, counted with the communication buffers: one reduction
-  // at a time on this thread, and one more on Domino's communication thread.
+  // What MPI's reductions hold while they run, from the built communicators (the live side of the
+  // footprint's figure): one reduction at a time on this thread, Domino's and ZeRO's.
   uint64_t reduction_transient_bytes() const;
   // Domino's layout (logged at start and by --dry-run); empty without it.
   std::string domino_note() const;
