@@ -103,17 +103,24 @@ TEST(ByteModel, TwoLevelGradientsMoveTheWireFormatsBytesPerElement) {
   EXPECT_NEAR(double(inter) / double(elements / 2), 0.53125, 2e-4);
 }
 
-TEST(ByteModel, FormulaRecordsAreMarkedAndExactRefusesThem) {
-  RunConfig c = gpt2_small(2, 1);
-  c.parallel.tp = 2;
-  c.train.global_batch = 2;
-  const PlanLayout layout(c, 4, 4);
-  EXPECT_FALSE(byte_model_gap(layout).empty());
-  EXPECT_THROW(comm_schedule(layout, 0), Error);
-  bool formula = false;
-  for (const CommRecord& r : comm_schedule(layout, 0, false))
-    formula |= r.formula && r.purpose == CommPurpose::tp;
-  EXPECT_TRUE(formula);
+// Megatron's per-layer volume (planner.md 5.3): plain TP all-reduces b T C floats twice forward and twice
+// backward, 8 (t - 1)/t b T C e per layer per micro-batch; TP-SP moves the same forward and, as the engine
+// gathers each column linear's input again in backward, 10 (t - 1)/t b T C e in all.
+TEST(ByteModel, TensorParallelLayerVolume) {
+  for (bool sp : {false, true}) {
+    RunConfig c = gpt2_small(1, 1);
+    c.parallel.tp = 4;
+    c.parallel.tp_sp = sp;
+    c.train.global_batch = 2;
+    c.train.micro_batch = 1;
+    const PlanLayout layout(c, 4, 4);
+    ASSERT_TRUE(byte_model_gap(layout).empty());
+    uint64_t per_layer = 0;
+    for (const CommRecord& r : comm_schedule(layout, 0))
+      if (r.purpose == CommPurpose::tp && r.what == "layer 3" && r.micro == 0) per_layer += r.bus_bytes;
+    const uint64_t bTC4 = uint64_t(c.seq_len()) * uint64_t(c.model.d_model) * 4;
+    EXPECT_EQ(per_layer, (sp ? 10 : 8) * 3 * bTC4 / 4) << "tp_sp " << sp;
+  }
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ nlohmann::json plan_layout(const PlanLayout& layout, const Cluster& cluster, boo
       {"cluster", cluster.name},
       {"bytes_exact", gap.empty()},
       {"bytes_note", gap.empty() ? "the engine's collectives, record for record"
-                                 : gap + "; those records from planner.md 5.3's closed forms"}};
+                                 : gap + "; planned as whole-sequence Ulysses"}};
   out.update(worst);
   if (schedule) {
     nlohmann::json s = nlohmann::json::array();
