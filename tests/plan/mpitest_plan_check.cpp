@@ -126,6 +126,7 @@ TEST_P(PlanCheck, BytesAndCallsEqualTheEngines) {
   for (const auto& m : report["mismatches"])
     ADD_FAILURE() << "rank " << w.rank() << ": " << m.get<std::string>();
   EXPECT_GT(report["measured"].value("by_group", nlohmann::json::object()).size(), 0u);
+  EXPECT_GT(report["calls"].get<size_t>(), 0u);  // the trace was on
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, PlanCheck, ::testing::Range<size_t>(0, kMatrix.size()));

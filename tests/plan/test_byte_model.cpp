@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "odyssey/plan/byte_model.h"
+#include "odyssey/plan/check.h"
 #include "odyssey/plan/layout.h"
 
 using namespace odyssey;
@@ -121,6 +122,34 @@ TEST(ByteModel, TensorParallelLayerVolume) {
     const uint64_t bTC4 = uint64_t(c.seq_len()) * uint64_t(c.model.d_model) * 4;
     EXPECT_EQ(per_layer, (sp ? 10 : 8) * 3 * bTC4 / 4) << "tp_sp " << sp;
   }
+}
+
+// The trace comparison finds a missing, an extra and a resized call (--check's record-by-record test).
+TEST(ByteModel, TraceComparisonNamesTheFirstDifference) {
+  RunConfig c = gpt2_small(2, 2);
+  const PlanLayout layout(c, 2, 2);
+  const std::vector<CommRecord> plan = comm_schedule(layout, 0);
+  nlohmann::json trace = nlohmann::json::array();
+  for (const CommRecord& r : plan)
+    for (uint64_t k = 0; k < r.repeat; ++k)
+      trace.push_back({{"group", r.group},
+                       {"kind", comm_kind_name(r.kind)},
+                       {"level", r.intra ? "intra" : "inter"},
+                       {"count", r.count},
+                       {"dtype", r.dtype},
+                       {"bus_bytes", r.bus_bytes}});
+  EXPECT_TRUE(compare_trace(plan, trace).empty());
+  nlohmann::json fewer = trace;
+  fewer.erase(fewer.begin());
+  ASSERT_EQ(compare_trace(plan, fewer).size(), 1u);
+  EXPECT_NE(compare_trace(plan, fewer)[0].find("not in the engine's trace"), std::string::npos);
+  nlohmann::json more = trace;
+  more.push_back(trace.back());
+  ASSERT_EQ(compare_trace(plan, more).size(), 1u);
+  EXPECT_NE(compare_trace(plan, more)[0].find("the plan lacks"), std::string::npos);
+  nlohmann::json resized = trace;
+  resized[0]["bus_bytes"] = resized[0]["bus_bytes"].get<uint64_t>() + 4;
+  EXPECT_EQ(compare_trace(plan, resized).size(), 2u);
 }
 
 }  // namespace

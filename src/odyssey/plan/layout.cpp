@@ -10,29 +10,6 @@ namespace odyssey {
 
 namespace {
 
-// The grid dimensions a group spans, innermost first (tp, sp_ulysses, sp_ring, dp, pp): comm/grid.cpp's
-// rule, for the groups the engine splits from the grid.
-std::array<bool, 5> spans(GridGroup g) {
-  switch (g) {
-    case GridGroup::tp:
-      return {true, false, false, false, false};
-    case GridGroup::sp_ulysses:
-      return {false, true, false, false, false};
-    case GridGroup::sp_ring:
-      return {false, false, true, false, false};
-    case GridGroup::sp:
-      return {false, true, true, false, false};
-    case GridGroup::dp:
-      return {false, false, false, true, false};
-    case GridGroup::dp_sp:
-      return {false, true, true, true, false};
-    case GridGroup::pp:
-      return {false, false, false, false, true};
-    default:
-      return {true, true, true, true, true};
-  }
-}
-
 std::array<int, 5> as_array(const GridCoords& c) {
   return {c.tp, c.sp_ulysses, c.sp_ring, c.dp, c.pp};
 }
@@ -83,7 +60,7 @@ bool PlanLayout::one_node(const std::vector<int>& members) const {
 PlanGroup PlanLayout::group(GridGroup g, int rank) const {
   PlanGroup out;
   out.name = grid_group_name(g);
-  const auto span = spans(g);
+  const auto span = grid_group_spans(g);
   const auto mine = as_array(coords(rank));
   for (int q = 0; q < world_; ++q) {
     bool same = true;
