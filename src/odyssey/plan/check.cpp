@@ -8,6 +8,7 @@
 #include "odyssey/core/error.h"
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/layout.h"
+#include "odyssey/plan/memory_model.h"
 #include "odyssey/train/trainer.h"
 
 namespace odyssey {
@@ -124,6 +125,16 @@ nlohmann::json check_layout(const RunConfig& config, Communicator& world) {
     mismatches.push_back(std::move(m));
   report["calls"] = measured.value("trace", nlohmann::json::array()).size();
   measured.erase("trace");  // the report keeps the totals
+  // Memory (planner.md 9.2): the model state exactly, from the engine's footprint function; activations
+  // and communication buffers reported beside the engine's until they come from it too.
+  const nlohmann::json engine_memory = result.last_record.value("memory", nlohmann::json::object());
+  const PlanMemory planned = plan_memory(layout, world.rank());
+  const nlohmann::json plan_mem = planned.to_json();
+  for (const char* f : {"params", "grads", "optimizer"})
+    if (field(plan_mem, f) != field(engine_memory, f))
+      mismatches.push_back(fmt::format("memory {}: predicted {}, measured {}", f, field(plan_mem, f),
+                                       field(engine_memory, f)));
+  report["memory"] = {{"predicted", plan_mem}, {"measured", engine_memory}};
   report["mismatches"] = mismatches;
   return report;
 }
