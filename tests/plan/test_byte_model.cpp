@@ -5,6 +5,8 @@
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/check.h"
 #include "odyssey/plan/layout.h"
+#include "odyssey/plan/plan.h"
+#include "odyssey/plan/search.h"
 
 using namespace odyssey;
 
@@ -150,6 +152,42 @@ TEST(ByteModel, TraceComparisonNamesTheFirstDifference) {
   nlohmann::json resized = trace;
   resized[0]["bus_bytes"] = resized[0]["bus_bytes"].get<uint64_t>() + 4;
   EXPECT_EQ(compare_trace(plan, resized).size(), 2u);
+}
+
+// The search ranks by the slowest rank's step time alone and builds full plans only for what it reports:
+// with every fitting layout reported, each one's full plan (made from scratch) has the step time it was
+// ranked by, and the list is in that order.
+TEST(Search, RanksByTheFullPlansStepTime) {
+  RunConfig c = gpt2_small(1, 0);
+  c.train.global_batch = 8;
+  c.parallel.dp = 0;
+  const Cluster cluster =
+      load_cluster(std::string(ODYSSEY_TEST_DATA) + "/../../configs/clusters/sdp4bit-a100.toml");
+  SearchOptions o;
+  o.world = 4;
+  o.top = 1 << 20;
+  o.max_micro_batches = 1;
+  const nlohmann::json r = search_layouts(c, cluster, o);
+  ASSERT_GT(r["top"].size(), 10u);
+  ASSERT_EQ(r["top"].size(), r["fits"].get<size_t>());
+  double previous = 0;
+  for (const auto& p : r["top"]) {
+    const auto& l = p["layout"];
+    RunConfig x = c;
+    x.parallel.dp = l["dp"], x.parallel.tp = l["tp"], x.parallel.pp = l["pp"];
+    x.parallel.sp_ulysses = l["sp_ulysses"], x.parallel.sp_ring = l["sp_ring"];
+    x.parallel.zero_stage = l["zero_stage"], x.train.micro_batch = l["micro_batch"];
+    x.memory.checkpoint =
+        parse_enum(kCheckpointPolicyNames, l["checkpoint"].get<std::string>(), "checkpoint");
+    x.comm.weights = parse_enum(kWeightCommNames, l["comm_weights"].get<std::string>(), "weights");
+    x.comm.grads = parse_enum(kGradCommNames, l["comm_grads"].get<std::string>(), "grads");
+    x.comm.hpz = l["hpz"], x.comm.grad_pipeline = l["grad_pipeline"];
+    const nlohmann::json fresh = plan_layout(PlanLayout(x, 4, cluster.devices_per_node), cluster);
+    const double step = p["time"]["step_s"].get<double>();
+    EXPECT_EQ(fresh["time"]["step_s"].get<double>(), step);
+    EXPECT_GE(step, previous);
+    previous = step;
+  }
 }
 
 }  // namespace

@@ -74,10 +74,7 @@ struct Emitter {
     r.kind = kind;
     r.group = g.name;
     r.group_size = g.size();
-    std::vector<int> nodes;
-    for (int q : g.members) nodes.push_back(layout.node_of(q));
-    std::sort(nodes.begin(), nodes.end());
-    r.group_nodes = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+    r.group_nodes = g.nodes;
     r.intra = g.intra;
     r.node_ranks = layout.ranks_per_node();
     r.count = count;
@@ -115,8 +112,8 @@ class ZeroModel {
     const bool sharded = zero_ > 0;
     const int64_t bucket_bytes = zero_ == 3 ? 0 : int64_t(c.parallel.bucket_mb * 1e6);
     const int P = dp_.size(), r = dp_.rank_of(rank);
-    part_ = std::make_unique<Partition>(table, build_buckets(table, bucket_bytes), sharded ? P : 1,
-                                        sharded ? r : 0, comm_shard_align(comm_));
+    part_ =
+        &planned_partition(table, bucket_bytes, sharded ? P : 1, sharded ? r : 0, comm_shard_align(comm_));
     weight_format_ = weight_format(comm_);
     grad_intra_format_ = grad_intra_format(comm_);
     grad_inter_format_ = grad_inter_format(comm_);
@@ -307,7 +304,7 @@ class ZeroModel {
   const char* weight_dtype_ = "f32";
   bool reduce_now_ = false, two_level_ = false;
   CommOptions comm_;
-  std::unique_ptr<Partition> part_;
+  const Partition* part_ = nullptr;
   WireFormat weight_format_, grad_intra_format_, grad_inter_format_;
   std::vector<UnitUse> schedule_;
   std::vector<std::vector<int>> forward_uses_;
@@ -577,9 +574,15 @@ std::string tied_tensor(const ModelConfig& model, const std::vector<std::pair<in
   if (ranges.size() < 2) return "";
   const ParamTable& whole = planned_stage(model, StageRange{0, model.n_layer}, TpPiece{}).table();
   const auto [lb, le] = ranges.back();
-  for (const ParamInfo& t : planned_stage(model, StageRange{lb, le}, TpPiece{}).table().tensors())
-    if (const ParamInfo* w = whole.try_find(t.name); w && w->unit == 0) return t.name;
-  return "";
+  const ParamTable& last = planned_stage(model, StageRange{lb, le}, TpPiece{}).table();
+  // Per pair of planned tables (stable for the process): a search asks for it once per layout.
+  static std::map<std::pair<const ParamTable*, const ParamTable*>, std::string> found;
+  auto it = found.find({&whole, &last});
+  if (it != found.end()) return it->second;
+  std::string name;
+  for (const ParamInfo& t : last.tensors())
+    if (const ParamInfo* w = whole.try_find(t.name); w && w->unit == 0) name = t.name;
+  return found.emplace(std::pair{&whole, &last}, name).first->second;
 }
 
 // One chunk (pipeline stage) of this rank: its stage, its ZeRO engine and its place in the model.

@@ -57,6 +57,13 @@ bool PlanLayout::one_node(const std::vector<int>& members) const {
   return true;
 }
 
+int PlanLayout::nodes_of(const std::vector<int>& members) const {
+  std::vector<int> nodes;
+  for (int q : members) nodes.push_back(node_of(q));
+  std::sort(nodes.begin(), nodes.end());
+  return int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+}
+
 PlanGroup PlanLayout::group(GridGroup g, int rank) const {
   PlanGroup out;
   out.name = grid_group_name(g);
@@ -75,11 +82,13 @@ PlanGroup PlanLayout::group(GridGroup g, int rank) const {
     if (same) out.members.push_back(q);
   }
   out.intra = one_node(out.members);
+  out.nodes = nodes_of(out.members);
   return out;
 }
 
 PlanGroup PlanLayout::subgroup(const std::string& name, std::vector<int> members, bool intra_flag) const {
-  return PlanGroup{name, std::move(members), intra_flag};
+  const int nodes = nodes_of(members);
+  return PlanGroup{name, std::move(members), intra_flag, nodes};
 }
 
 }  // namespace odyssey

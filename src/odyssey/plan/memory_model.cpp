@@ -52,8 +52,8 @@ StateBytes planned_state_bytes(const PlanLayout& layout, int rank) {
   constexpr int kAdamWStates = 2;  // m and v
   StateBytes total;
   for (const Stage* stage : rank_stages(layout, rank)) {
-    const StateBytes s = engine_state_bytes(stage->table(), zero_options(layout.config()), replicas.size(),
-                                            replicas.rank_of(rank), kAdamWStates);
+    const StateBytes s = planned_engine_state_bytes(stage->table(), zero_options(layout.config()),
+                                                    replicas.size(), replicas.rank_of(rank), kAdamWStates);
     total.params += s.params, total.grads += s.grads, total.optimizer += s.optimizer;
   }
   return total;
@@ -71,8 +71,8 @@ PlanBuffers activation_and_buffer_bytes(const PlanLayout& layout, int rank) {
   comm.hpz = c.comm.hpz;
   const int P = zero > 0 ? dp.size() : 1;
   const int64_t bucket_bytes = zero == 3 ? 0 : int64_t(c.parallel.bucket_mb * 1e6);
-  const Partition part(table, build_buckets(table, bucket_bytes), P, zero > 0 ? dp.rank_of(rank) : 0,
-                       comm_shard_align(comm));
+  const Partition& part =
+      planned_partition(table, bucket_bytes, P, zero > 0 ? dp.rank_of(rank) : 0, comm_shard_align(comm));
   PlanBuffers b;
   // Peaks of the buffers in flight: two gathered units (stage 3), two pooled buckets (stages 2-3).
   std::vector<int64_t> segs;
