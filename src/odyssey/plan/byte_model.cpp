@@ -756,6 +756,8 @@ std::vector<CommRecord> comm_schedule(const PlanLayout& layout, int rank, bool e
   if (exact) check_covered(layout);
   const RunConfig& c = layout.config();
   Emitter e{layout, {}};
+  // About the records of a step (the layers' per micro-batch), so the list grows without copies.
+  e.out.reserve(size_t(layout.micro_steps()) * size_t(c.model.n_layer / c.parallel.pp + 4) * 16);
   StepModel step(layout, rank, e);
   step.run();
   auto& chunks = step.chunks();
