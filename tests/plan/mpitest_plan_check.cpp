@@ -3,14 +3,12 @@
 // the calls and bus bytes the plan predicts, per collective kind and level and per group.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "../train/shared_shard_test_util.h"
 #include "odyssey/comm/runtime.h"
-#include "odyssey/data/token_shard.h"
 #include "odyssey/plan/check.h"
 
 using namespace odyssey;
@@ -62,22 +60,43 @@ const std::vector<Layout> kMatrix = {
     {4, {"parallel.sp_ulysses=2", "parallel.sp_ring=2", "memory.checkpoint=full", "parallel.zero_stage=2"}},
     {4, {"parallel.sp_ulysses=2", "parallel.zero_stage=3", "parallel.ranks_per_node=2"}},
     {4, {"parallel.sp_ring=2", "parallel.zero_stage=1", "parallel.ranks_per_node=2", "comm.grads=int4"}},
+    // Tensor parallelism: plain and Megatron-SP, Domino, row chunks, recompute, a chunked LM head,
+    // Llama's GQA with replicated key/value heads (tp > n_kv_head).
+    {2, {"parallel.tp=2", "parallel.tp_sp=false"}},
+    {2, {"parallel.tp=2", "parallel.zero_stage=1", "train.micro_batch=4"}},
+    {2, {"parallel.tp=2", "parallel.zero_stage=3", "train.micro_batch=6", "memory.checkpoint=full"}},
+    {2, {"parallel.tp=2", "parallel.zero_stage=2", "parallel.tp_overlap=domino"}},
+    {2,
+     {"parallel.tp=2", "memory.checkpoint=keep_attention", "memory.chunk_tokens=128",
+      "memory.head_chunk_tokens=64"}},
+    {2, {"parallel.tp=2", "parallel.tp_sp=false", "memory.checkpoint=full", "memory.chunk_tokens=100"}},
+    {4, {"parallel.tp=4", "model.arch=llama", "model.n_kv_head=2", "model.d_ff=64", "parallel.zero_stage=2"}},
+    {4, {"parallel.tp=4", "model.arch=llama", "model.n_kv_head=2", "model.d_ff=64", "parallel.tp_sp=false"}},
+    {4, {"parallel.tp=2", "parallel.zero_stage=1", "parallel.ranks_per_node=2", "comm.weights=int8"}},
+    {4, {"parallel.tp=2", "parallel.sp_ulysses=2"}},
+    {4, {"parallel.tp=2", "parallel.sp_ring=2", "memory.checkpoint=full", "parallel.zero_stage=1"}},
+    // Pipeline parallelism: 1F1B, GPipe, zb1, interleaved; the tied embedding's sum; ZeRO 0-3 beside it.
+    {2, {"parallel.pp=2", "train.micro_batch=3"}},
+    {2, {"parallel.pp=2", "train.micro_batch=2", "parallel.zero_stage=1", "parallel.pp_schedule=zb1"}},
+    {2, {"parallel.pp=2", "train.micro_batch=3", "parallel.zero_stage=3"}},
+    {2, {"parallel.pp=2", "train.micro_batch=3", "parallel.zero_stage=1", "parallel.pp_schedule=gpipe"}},
+    {2,
+     {"parallel.pp=2", "parallel.pp_virtual=2", "parallel.pp_schedule=interleaved", "model.n_layer=4",
+      "train.micro_batch=3", "parallel.zero_stage=1"}},
+    {2, {"parallel.pp=2", "model.arch=llama", "model.n_kv_head=2", "model.d_ff=64", "train.micro_batch=4"}},
+    {4, {"parallel.pp=2", "parallel.zero_stage=3", "train.micro_batch=3", "parallel.ranks_per_node=2"}},
+    {4, {"parallel.pp=4", "model.n_layer=4", "train.micro_batch=2", "parallel.pp_schedule=zb1"}},
+    {4,
+     {"parallel.pp=2", "parallel.pp_virtual=2", "parallel.pp_schedule=interleaved", "model.n_layer=4",
+      "train.micro_batch=3", "parallel.zero_stage=2"}},
+    {4, {"parallel.pp=2", "parallel.sp_ring=2", "train.micro_batch=4"}},
+    // Both, with ZeRO.
+    {4, {"parallel.tp=2", "parallel.pp=2", "train.micro_batch=4", "parallel.zero_stage=1"}},
+    {4, {"parallel.tp=2", "parallel.pp=2", "parallel.zero_stage=3", "train.micro_batch=6"}},
+    {4,
+     {"parallel.tp=2", "parallel.tp_overlap=domino", "parallel.zero_stage=1", "parallel.ranks_per_node=2",
+      "memory.checkpoint=cheap"}},
 };
-
-// A directory every rank agrees on (rank 0 picks it), with one synthetic token shard.
-std::string shared_data(Communicator& world) {
-  int32_t id = world.rank() == 0 ? int32_t(::getpid()) : 0;
-  world.broadcast(&id, 1, DType::i32, 0);
-  const std::string dir = (fs::temp_directory_path() / ("odyssey_plan_data_" + std::to_string(id))).string();
-  if (world.rank() == 0) {
-    fs::create_directories(dir);
-    std::vector<uint16_t> tokens(20000);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t((i * 7919 + i / 13) % 67);
-    write_token_shard(dir + "/train.bin", tokens);
-  }
-  world.barrier();
-  return dir;
-}
 
 std::string tiny_toml(const std::string& data) {
   return "[model]\nn_layer = 2\nn_head = 4\nd_model = 32\nseq_len = 32\nvocab_size = 67\n"
@@ -94,7 +113,7 @@ TEST_P(PlanCheck, BytesAndCallsEqualTheEngines) {
   const Layout& l = kMatrix[GetParam()];
   Communicator& w = world();
   if (l.world != w.size()) GTEST_SKIP() << "a layout for " << l.world << " ranks";
-  const std::string data = shared_data(w);
+  const std::string data = shared_token_shard_dir(w, "odyssey_plan_data_");
   // dp fills the world; without a train.micro_batch the accumulation is 1.
   RunConfig config = parse_run_config(tiny_toml(data), "plan check", l.sets);
   const ParallelConfig& p = config.parallel;
@@ -107,6 +126,7 @@ TEST_P(PlanCheck, BytesAndCallsEqualTheEngines) {
   for (const auto& m : report["mismatches"])
     ADD_FAILURE() << "rank " << w.rank() << ": " << m.get<std::string>();
   EXPECT_GT(report["measured"].value("by_group", nlohmann::json::object()).size(), 0u);
+  EXPECT_GT(report["calls"].get<size_t>(), 0u);  // the trace was on
 }
 
 INSTANTIATE_TEST_SUITE_P(Matrix, PlanCheck, ::testing::Range<size_t>(0, kMatrix.size()));

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "odyssey/plan/byte_model.h"
+#include "odyssey/plan/check.h"
 #include "odyssey/plan/layout.h"
+#include "odyssey/plan/plan.h"
+#include "odyssey/plan/search.h"
 
 using namespace odyssey;
 
@@ -103,17 +106,88 @@ TEST(ByteModel, TwoLevelGradientsMoveTheWireFormatsBytesPerElement) {
   EXPECT_NEAR(double(inter) / double(elements / 2), 0.53125, 2e-4);
 }
 
-TEST(ByteModel, FormulaRecordsAreMarkedAndExactRefusesThem) {
-  RunConfig c = gpt2_small(2, 1);
-  c.parallel.tp = 2;
-  c.train.global_batch = 2;
-  const PlanLayout layout(c, 4, 4);
-  EXPECT_FALSE(byte_model_gap(layout).empty());
-  EXPECT_THROW(comm_schedule(layout, 0), Error);
-  bool formula = false;
-  for (const CommRecord& r : comm_schedule(layout, 0, false))
-    formula |= r.formula && r.purpose == CommPurpose::tp;
-  EXPECT_TRUE(formula);
+// Megatron's per-layer volume (planner.md 5.3): plain TP all-reduces b T C floats twice forward and twice
+// backward, 8 (t - 1)/t b T C e per layer per micro-batch; TP-SP moves the same forward and, as the engine
+// gathers each column linear's input again in backward, 10 (t - 1)/t b T C e in all.
+TEST(ByteModel, TensorParallelLayerVolume) {
+  for (bool sp : {false, true}) {
+    RunConfig c = gpt2_small(1, 1);
+    c.parallel.tp = 4;
+    c.parallel.tp_sp = sp;
+    c.train.global_batch = 2;
+    c.train.micro_batch = 1;
+    const PlanLayout layout(c, 4, 4);
+    ASSERT_TRUE(byte_model_gap(layout).empty());
+    uint64_t per_layer = 0;
+    for (const CommRecord& r : comm_schedule(layout, 0))
+      if (r.purpose == CommPurpose::tp && r.what == "layer 3" && r.micro == 0) per_layer += r.bus_bytes;
+    const uint64_t bTC4 = uint64_t(c.seq_len()) * uint64_t(c.model.d_model) * 4;
+    EXPECT_EQ(per_layer, (sp ? 10 : 8) * 3 * bTC4 / 4) << "tp_sp " << sp;
+  }
+}
+
+// The trace comparison finds a missing, an extra and a resized call (--check's record-by-record test).
+TEST(ByteModel, TraceComparisonNamesTheFirstDifference) {
+  RunConfig c = gpt2_small(2, 2);
+  const PlanLayout layout(c, 2, 2);
+  const std::vector<CommRecord> plan = comm_schedule(layout, 0);
+  nlohmann::json trace = nlohmann::json::array();
+  for (const CommRecord& r : plan)
+    for (uint64_t k = 0; k < r.repeat; ++k)
+      trace.push_back({{"group", r.group},
+                       {"kind", comm_kind_name(r.kind)},
+                       {"level", r.intra ? "intra" : "inter"},
+                       {"count", r.count},
+                       {"dtype", r.dtype},
+                       {"bus_bytes", r.bus_bytes}});
+  EXPECT_TRUE(compare_trace(plan, trace).empty());
+  nlohmann::json fewer = trace;
+  fewer.erase(fewer.begin());
+  ASSERT_EQ(compare_trace(plan, fewer).size(), 1u);
+  EXPECT_NE(compare_trace(plan, fewer)[0].find("not in the engine's trace"), std::string::npos);
+  nlohmann::json more = trace;
+  more.push_back(trace.back());
+  ASSERT_EQ(compare_trace(plan, more).size(), 1u);
+  EXPECT_NE(compare_trace(plan, more)[0].find("the plan lacks"), std::string::npos);
+  nlohmann::json resized = trace;
+  resized[0]["bus_bytes"] = resized[0]["bus_bytes"].get<uint64_t>() + 4;
+  EXPECT_EQ(compare_trace(plan, resized).size(), 2u);
+}
+
+// The search ranks by the slowest rank's step time alone and builds full plans only for what it reports:
+// with every fitting layout reported, each one's full plan (made from scratch) has the step time it was
+// ranked by, and the list is in that order.
+TEST(Search, RanksByTheFullPlansStepTime) {
+  RunConfig c = gpt2_small(1, 0);
+  c.train.global_batch = 8;
+  c.parallel.dp = 0;
+  const Cluster cluster =
+      load_cluster(std::string(ODYSSEY_TEST_DATA) + "/../../configs/clusters/sdp4bit-a100.toml");
+  SearchOptions o;
+  o.world = 4;
+  o.top = 1 << 20;
+  o.max_micro_batches = 1;
+  const nlohmann::json r = search_layouts(c, cluster, o);
+  ASSERT_GT(r["top"].size(), 10u);
+  ASSERT_EQ(r["top"].size(), r["fits"].get<size_t>());
+  double previous = 0;
+  for (const auto& p : r["top"]) {
+    const auto& l = p["layout"];
+    RunConfig x = c;
+    x.parallel.dp = l["dp"], x.parallel.tp = l["tp"], x.parallel.pp = l["pp"];
+    x.parallel.sp_ulysses = l["sp_ulysses"], x.parallel.sp_ring = l["sp_ring"];
+    x.parallel.zero_stage = l["zero_stage"], x.train.micro_batch = l["micro_batch"];
+    x.memory.checkpoint =
+        parse_enum(kCheckpointPolicyNames, l["checkpoint"].get<std::string>(), "checkpoint");
+    x.comm.weights = parse_enum(kWeightCommNames, l["comm_weights"].get<std::string>(), "weights");
+    x.comm.grads = parse_enum(kGradCommNames, l["comm_grads"].get<std::string>(), "grads");
+    x.comm.hpz = l["hpz"], x.comm.grad_pipeline = l["grad_pipeline"];
+    const nlohmann::json fresh = plan_layout(PlanLayout(x, 4, cluster.devices_per_node), cluster);
+    const double step = p["time"]["step_s"].get<double>();
+    EXPECT_EQ(fresh["time"]["step_s"].get<double>(), step);
+    EXPECT_GE(step, previous);
+    previous = step;
+  }
 }
 
 }  // namespace

@@ -8,8 +8,6 @@
 // (accum + 1) Ψ_pad (P-1)/P x 4. The small loss / norm gathers are inside the 1%.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -20,6 +18,7 @@
 #include "odyssey/data/token_shard.h"
 #include "odyssey/parallel/data_parallel.h"
 #include "odyssey/train/trainer.h"
+#include "shared_shard_test_util.h"
 
 using namespace odyssey;
 namespace fs = std::filesystem;
@@ -28,19 +27,8 @@ namespace {
 
 constexpr double kBucketMb = 0.05;
 
-// A directory every rank agrees on (rank 0 picks it), with one synthetic token shard.
 std::string shared_dir(Communicator& world) {
-  int32_t id = world.rank() == 0 ? int32_t(::getpid()) : 0;
-  world.broadcast(&id, 1, DType::i32, 0);
-  std::string dir = (fs::temp_directory_path() / ("odyssey_comm_bytes_" + std::to_string(id))).string();
-  if (world.rank() == 0) {
-    fs::create_directories(dir);
-    std::vector<uint16_t> tokens(20000);
-    for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = uint16_t((i * 7919 + i / 13) % 67);
-    write_token_shard(dir + "/train.bin", tokens);
-  }
-  world.barrier();
-  return dir;
+  return shared_token_shard_dir(world, "odyssey_comm_bytes_");
 }
 
 RunConfig tiny_run(const std::string& dir, int stage, int accum, int P) {

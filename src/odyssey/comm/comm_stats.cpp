@@ -1,5 +1,8 @@
 #include "odyssey/comm/comm_stats.h"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace odyssey {
 
 const char* comm_kind_name(CommKind kind) {
@@ -20,9 +23,25 @@ const char* comm_kind_name(CommKind kind) {
   return "unknown";
 }
 
-void CommStats::record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes,
-                       double seconds) {
+CommStats::CommStats() {
+  const char* env = std::getenv("ODYSSEY_COMM_TRACE");
+  tracing_ = env && std::strcmp(env, "1") == 0;
+}
+
+void CommStats::set_trace(bool on) {
   std::lock_guard lock(mutex_);
+  tracing_ = on;
+}
+
+std::vector<CommTraceRecord> CommStats::trace() const {
+  std::lock_guard lock(mutex_);
+  return trace_;
+}
+
+void CommStats::record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes,
+                       double seconds, uint64_t count, DType dtype) {
+  std::lock_guard lock(mutex_);
+  if (tracing_) trace_.push_back({group, kind, intra_node, count, dtype, bus_bytes});
   CommCounter& c = counters_[{kind, intra_node, group}];
   c.calls += 1;
   c.bytes += bus_bytes;
@@ -37,6 +56,7 @@ void CommStats::add_time(const std::string& group, CommKind kind, bool intra_nod
 void CommStats::reset() {
   std::lock_guard lock(mutex_);
   counters_.clear();
+  trace_.clear();
 }
 
 uint64_t CommStats::total_bytes() const {
@@ -110,8 +130,20 @@ nlohmann::json CommStats::to_json() const {
     g["bytes"] = g["bytes"].get<uint64_t>() + c.bytes;
     g["seconds"] = g["seconds"].get<double>() + c.seconds;
   }
-  return {{"total_bytes", total}, {"intra_node_bytes", intra}, {"inter_node_bytes", inter},
-          {"seconds", seconds},   {"by_kind", by_kind},        {"by_group", by_group}};
+  nlohmann::json out = {{"total_bytes", total}, {"intra_node_bytes", intra}, {"inter_node_bytes", inter},
+                        {"seconds", seconds},   {"by_kind", by_kind},        {"by_group", by_group}};
+  if (tracing_) {
+    nlohmann::json calls = nlohmann::json::array();
+    for (const CommTraceRecord& r : trace_)
+      calls.push_back({{"group", r.group.empty() ? "unnamed" : r.group},
+                       {"kind", comm_kind_name(r.kind)},
+                       {"level", r.intra_node ? "intra" : "inter"},
+                       {"count", r.count},
+                       {"dtype", enum_name(kDTypeNames, r.dtype)},
+                       {"bus_bytes", r.bus_bytes}});
+    out["trace"] = std::move(calls);
+  }
+  return out;
 }
 
 }  // namespace odyssey

@@ -7,6 +7,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "odyssey/core/tensor_view.h"
 
 namespace odyssey {
 
@@ -19,10 +22,29 @@ struct CommCounter {
   double seconds = 0.0;  // wall time inside the call (or from start to wait() for async)
 };
 
+// One call as the trace keeps it (planner.md §9.1): count elements of dtype in the call's own
+// convention (all-reduce and broadcast the buffer, all-gather / reduce-scatter / all-to-all one rank's
+// block, send and receive the message).
+struct CommTraceRecord {
+  std::string group;
+  CommKind kind;
+  bool intra_node;
+  uint64_t count;
+  DType dtype;
+  uint64_t bus_bytes;
+};
+
 class CommStats {
  public:
+  // Off by default (ODYSSEY_COMM_TRACE=1 in the environment turns it on): when on, every call is also
+  // appended to the trace, which to_json reports as "trace" and reset() clears.
+  CommStats();
+  void set_trace(bool on);
+  std::vector<CommTraceRecord> trace() const;
+
   // group: the name of the communicator the call ran on (the grid's "tp", "dp", ...).
-  void record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds);
+  void record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds,
+              uint64_t count = 0, DType dtype = DType::u8);
   void add_time(const std::string& group, CommKind kind, bool intra_node, double seconds);
   void reset();
   uint64_t total_bytes() const;
@@ -44,6 +66,8 @@ class CommStats {
     auto operator<=>(const Key&) const = default;
   };
   std::map<Key, CommCounter> counters_;
+  bool tracing_ = false;
+  std::vector<CommTraceRecord> trace_;
 };
 
 }  // namespace odyssey

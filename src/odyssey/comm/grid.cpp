@@ -18,8 +18,9 @@ std::array<int, kDims> as_array(const GridCoords& c) {
   return {c.tp, c.sp_ulysses, c.sp_ring, c.dp, c.pp};
 }
 
-// Which grid dimensions each group spans (intra/inter-node and world are not grid-shaped).
-std::array<bool, kDims> spans(GridGroup g) {
+}  // namespace
+
+std::array<bool, kDims> grid_group_spans(GridGroup g) {
   switch (g) {
     case GridGroup::tp:
       return {true, false, false, false, false};
@@ -39,8 +40,6 @@ std::array<bool, kDims> spans(GridGroup g) {
       return {true, true, true, true, true};
   }
 }
-
-}  // namespace
 
 const char* grid_group_name(GridGroup g) {
   switch (g) {
@@ -148,7 +147,7 @@ ProcessGrid::ProcessGrid(Communicator& world, const GridDims& dims)
         same = local_of[q] == local_rank_;
       } else {
         const auto c = as_array(coords_of(dims_, q));
-        const auto span = spans(g);
+        const auto span = grid_group_spans(g);
         for (int i = 0; i < kDims; ++i) same = same && (span[i] || c[i] == mine[i]);
       }
       if (same) m.push_back(q);

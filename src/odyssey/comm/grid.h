@@ -49,6 +49,9 @@ enum class GridGroup {
 };
 constexpr int kNumGridGroups = 10;
 const char* grid_group_name(GridGroup g);
+// The grid dimensions a group spans, innermost first (tp, sp_ulysses, sp_ring, dp, pp): its members share
+// every coordinate outside them (intra_node, inter_node and world are not grid-shaped: all true).
+std::array<bool, 5> grid_group_spans(GridGroup g);
 
 class ProcessGrid {
  public:

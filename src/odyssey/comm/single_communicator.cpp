@@ -96,8 +96,8 @@ SingleCommunicator::SingleCommunicator(std::string name, bool intra_node)
     : name_(std::move(name)), intra_node_(intra_node), mailbox_(std::make_shared<Mailbox>()) {}
 
 // One rank: every operator's reduction of a single value is that value.
-void SingleCommunicator::all_reduce(void*, size_t, DType, ReduceOp) {
-  stats_->record(name_, CommKind::all_reduce, intra_node_, 0, 0.0);
+void SingleCommunicator::all_reduce(void*, size_t count, DType dtype, ReduceOp) {
+  stats_->record(name_, CommKind::all_reduce, intra_node_, 0, 0.0, count, dtype);
 }
 
 RequestPtr SingleCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
@@ -107,7 +107,7 @@ RequestPtr SingleCommunicator::all_reduce_async(void* data, size_t count, DType 
 
 void SingleCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp) {
   copy_bytes(recv, send, count * dtype_size(dtype));
-  stats_->record(name_, CommKind::reduce_scatter, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::reduce_scatter, intra_node_, 0, 0.0, count, dtype);
 }
 
 RequestPtr SingleCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
@@ -118,7 +118,7 @@ RequestPtr SingleCommunicator::reduce_scatter_async(const void* send, void* recv
 
 void SingleCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   copy_bytes(recv, send, count * dtype_size(dtype));
-  stats_->record(name_, CommKind::all_gather, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::all_gather, intra_node_, 0, 0.0, count, dtype);
 }
 
 RequestPtr SingleCommunicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
@@ -128,7 +128,7 @@ RequestPtr SingleCommunicator::all_gather_async(const void* send, void* recv, si
 
 void SingleCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   copy_bytes(recv, send, count * dtype_size(dtype));
-  stats_->record(name_, CommKind::all_to_all, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::all_to_all, intra_node_, 0, 0.0, count, dtype);
 }
 
 RequestPtr SingleCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
@@ -149,20 +149,20 @@ void SingleCommunicator::all_to_all_v(const void* send, const std::vector<size_t
   const size_t es = dtype_size(dtype);
   copy_bytes(static_cast<char*>(recv) + recv_displs[0] * es,
              static_cast<const char*>(send) + send_displs[0] * es, send_counts[0] * es);
-  stats_->record(name_, CommKind::all_to_all, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::all_to_all, intra_node_, 0, 0.0, send_counts[0], dtype);
 }
 
 void SingleCommunicator::send(const void* data, size_t count, DType dtype, int dest, int tag) {
   check_peer(dest, "send to");
   mailbox_->deliver(tag, data, count * dtype_size(dtype));
-  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0, count, dtype);
 }
 
 void SingleCommunicator::recv(void* data, size_t count, DType dtype, int source, int tag) {
   check_peer(source, "recv from");
   ODY_CHECK(mailbox_->take(tag, data, count * dtype_size(dtype)),
             "recv from self on {} (tag {}) can never complete: no matching send", name_, tag);
-  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0, count, dtype);
 }
 
 RequestPtr SingleCommunicator::send_async(const void* data, size_t count, DType dtype, int dest, int tag) {
@@ -175,13 +175,13 @@ RequestPtr SingleCommunicator::recv_async(void* data, size_t count, DType dtype,
   const size_t bytes = count * dtype_size(dtype);
   auto done = std::make_shared<bool>(mailbox_->take(tag, data, bytes));
   if (!*done) mailbox_->pending.push_back({tag, data, bytes, done});
-  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::send_recv, intra_node_, 0, 0.0, count, dtype);
   return std::make_unique<SelfRecvRequest>(mailbox_, done);
 }
 
-void SingleCommunicator::broadcast(void*, size_t, DType, int root) {
+void SingleCommunicator::broadcast(void*, size_t count, DType dtype, int root) {
   check_peer(root, "broadcast from");
-  stats_->record(name_, CommKind::broadcast, intra_node_, 0, 0.0);
+  stats_->record(name_, CommKind::broadcast, intra_node_, 0, 0.0, count, dtype);
 }
 
 std::unique_ptr<Communicator> SingleCommunicator::split(int color, int, const std::string& name,

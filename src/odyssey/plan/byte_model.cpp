@@ -1,6 +1,8 @@
 #include "odyssey/plan/byte_model.h"
 
 #include <algorithm>
+#include <functional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -8,11 +10,15 @@
 #include "odyssey/core/error.h"
 #include "odyssey/model/architecture.h"
 #include "odyssey/model/fused_qkv.h"
+#include "odyssey/model/lm_head.h"
+#include "odyssey/model/row_chunks.h"
 #include "odyssey/parallel/comm_options.h"
 #include "odyssey/parallel/data_parallel.h"
+#include "odyssey/parallel/pipeline_grads.h"
 #include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/parallel/sdp4bit.h"
 #include "odyssey/parallel/shard.h"
+#include "odyssey/parallel/tp_grads.h"
 #include "odyssey/parallel/ulysses.h"
 #include "odyssey/parallel/wire_format.h"
 #include "odyssey/plan/stage_cache.h"
@@ -68,10 +74,7 @@ struct Emitter {
     r.kind = kind;
     r.group = g.name;
     r.group_size = g.size();
-    std::vector<int> nodes;
-    for (int q : g.members) nodes.push_back(layout.node_of(q));
-    std::sort(nodes.begin(), nodes.end());
-    r.group_nodes = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+    r.group_nodes = g.nodes;
     r.intra = g.intra;
     r.node_ranks = layout.ranks_per_node();
     r.count = count;
@@ -109,8 +112,8 @@ class ZeroModel {
     const bool sharded = zero_ > 0;
     const int64_t bucket_bytes = zero_ == 3 ? 0 : int64_t(c.parallel.bucket_mb * 1e6);
     const int P = dp_.size(), r = dp_.rank_of(rank);
-    part_ = std::make_unique<Partition>(table, build_buckets(table, bucket_bytes), sharded ? P : 1,
-                                        sharded ? r : 0, comm_shard_align(comm_));
+    part_ =
+        &planned_partition(table, bucket_bytes, sharded ? P : 1, sharded ? r : 0, comm_shard_align(comm_));
     weight_format_ = weight_format(comm_);
     grad_intra_format_ = grad_intra_format(comm_);
     grad_inter_format_ = grad_inter_format(comm_);
@@ -144,7 +147,23 @@ class ZeroModel {
 
   const PlanGroup& dp() const { return dp_; }
   const Partition& partition() const { return *part_; }
+  // ZeroEngine::reduced_grad_runs: the dense elements whose reduced gradients this rank holds (stage 0
+  // every segment, else its shard's valid part).
+  std::vector<Range> grad_runs() const {
+    std::vector<Range> runs;
+    for (const Partition::Segment& seg : part_->segments()) {
+      if (zero_ == 0) {
+        runs.push_back(seg.dense);
+        continue;
+      }
+      const Range valid = seg.layout.valid_range(part_->rank());
+      if (!valid.empty()) runs.push_back({seg.dense.begin + valid.begin, seg.dense.begin + valid.end});
+    }
+    return runs;
+  }
 
+  // A forward of micro-batch `micro` (its ZeRO-3 gathers).
+  void begin_forward(int micro) { micro_ = micro; }
   void begin_micro_step(int micro, bool last) {
     micro_ = micro;
     reduce_now_ = zero_ >= 2 || last;
@@ -285,7 +304,7 @@ class ZeroModel {
   const char* weight_dtype_ = "f32";
   bool reduce_now_ = false, two_level_ = false;
   CommOptions comm_;
-  std::unique_ptr<Partition> part_;
+  const Partition* part_ = nullptr;
   WireFormat weight_format_, grad_intra_format_, grad_inter_format_;
   std::vector<UnitUse> schedule_;
   std::vector<std::vector<int>> forward_uses_;
@@ -371,82 +390,173 @@ class SpModel {
   const char* act_ = "f32";  // the activations' dtype; dK, dV accumulate in fp32
 };
 
-// Tensor and pipeline parallelism from planner.md §5.3's closed forms (Megatron vocabulary), for planning
-// layouts the exact model does not reproduce yet: per layer per micro-batch, forward 2 all-reduces of the
-// b T C activations (TP-SP: 2 all-gathers + 2 reduce-scatters of the same), the backward the same, full
-// checkpointing repeating the forward's; the vocabulary-parallel head 3 all-reduces of b T floats; per
-// micro-batch one send of the stage's output forward and one of its input gradient backward.
-class FormulaModel {
+// Tensor parallelism of one stage (parallel/tp_linear.cpp, vocab_parallel.cpp, model/block_runner.cpp,
+// lm_head.cpp): every linear pair's collectives per row chunk of the residual stream, the vocabulary-
+// parallel embedding and the LM head's cross-entropy. Plain TP all-reduces the row linears' outputs
+// (forward) and the column linears' input gradients (backward); TP-SP gathers each column linear's
+// input (again in backward) and each row linear's output gradient, and reduce-scatters what plain TP
+// all-reduces. Every call moves n C floats per rank for a chunk of n residual rows.
+class TpModel {
  public:
-  FormulaModel(const PlanLayout& layout, int rank, Emitter& e)
-      : e_(e), tp_(layout.group(GridGroup::tp, rank)), pp_(layout.group(GridGroup::pp, rank)) {
+  TpModel(const PlanLayout& layout, int rank, Emitter& e) : e_(e), tp_(layout.group(GridGroup::tp, rank)) {
     const RunConfig& c = layout.config();
-    n_ = uint64_t(c.train.micro_batch) * uint64_t(layout.local_tokens());
+    const int t = tp_.size();
+    sp_ = c.parallel.tp_sp && t > 1;
     C_ = uint64_t(c.model.d_model);
-    sp_ = c.parallel.tp_sp;
-    stage_ = layout.coords(rank).pp;
-    stages_ = c.parallel.pp;
-    act_ = layout.bf16() ? "bf16" : "f32";
+    tokens_ = int64_t(c.train.micro_batch) * layout.local_tokens();
+    rows_ = sp_ ? tokens_ / t : tokens_;
+    // The layer's row chunks (model/query_chunks.h): memory.chunk_tokens, or Domino's two halves;
+    // query-chunked layers (the local attention or Ulysses alone, not under TP-SP) chunk per sequence.
+    const int chunk = c.layer_chunk_rows(), T = layout.local_tokens();
+    const bool overlap = t > 1 && c.parallel.tp_overlap == TpOverlap::domino;
+    const bool chunks_queries = c.parallel.sp_ring == 1;
+    const bool on = chunks_queries && !sp_ && RowChunks{int(rows_), chunk}.count() > 1 &&
+                    (!overlap || RowChunks{int(rows_), chunk, T}.count() == 2);
+    rc_ = RowChunks{int(rows_), chunk, on ? T : 0};
+    head_chunk_ = lm_head_rows(int(rows_), c.memory.head_chunk_tokens);
   }
-  void layer(const char* phase, int micro, int layer) {
-    if (tp_.size() == 1) return;
-    const std::string what = "layer " + std::to_string(layer);
-    for (int i = 0; i < 2; ++i) {
+  bool active() const { return tp_.size() > 1; }
+  const PlanGroup& group() const { return tp_; }
+  int chunks() const { return rc_.count(); }
+  // The stage's hidden states a pipeline sends: its residual rows.
+  uint64_t hidden() const { return uint64_t(rows_) * C_; }
+
+  // The qkv column linears, chunk by chunk (TP-SP gathers their input).
+  void qkv_forward(const char* phase, int micro, int layer) {
+    if (!sp_) return;
+    for (int j = 0; j < rc_.count(); ++j) add(phase, micro, layer, CommKind::all_gather, j);
+  }
+  // Per chunk: the attention projection (row), the MLP's up (column) and down (row).
+  void mlp_forward(int micro, int layer) {
+    for (int j = 0; j < rc_.count(); ++j) {
+      reduce("fwd", micro, layer, j);
+      if (sp_) add("fwd", micro, layer, CommKind::all_gather, j);
+      reduce("fwd", micro, layer, j);
+    }
+  }
+  // Per chunk: the recompute token_local asks for (up to the activation: the projection's reduction and
+  // the up linear's gather), then down's, up's and the projection's backwards.
+  void mlp_backward(int micro, int layer, bool token_local) {
+    if (!active()) return;
+    for (int j = 0; j < rc_.count(); ++j) {
+      if (token_local) {
+        reduce("bwd", micro, layer, j);
+        if (sp_) add("bwd", micro, layer, CommKind::all_gather, j);
+      }
+      if (sp_) add("bwd", micro, layer, CommKind::all_gather, j);  // down: d(output) gathered
+      if (sp_) add("bwd", micro, layer, CommKind::all_gather, j);  // up: its input gathered again
+      reduce("bwd", micro, layer, j);                              // up: d(input)
+      if (sp_) add("bwd", micro, layer, CommKind::all_gather, j);  // projection: d(output) gathered
+    }
+  }
+  // Per chunk: the qkv linear's backward (its input gathered again under TP-SP, d(input) reduced).
+  void qkv_backward(int micro, int layer) {
+    if (!active()) return;
+    for (int j = 0; j < rc_.count(); ++j) {
+      if (sp_) add("bwd", micro, layer, CommKind::all_gather, j);
+      reduce("bwd", micro, layer, j);
+    }
+  }
+  // The vocabulary-parallel embedding over the micro-batch's tokens: its partial sums reduced
+  // (TP-SP: scattered to the token slices); backward, TP-SP gathers d(output).
+  void embedding_forward(int micro) {
+    if (!active()) return;
+    if (sp_)
+      e_.add("fwd", micro, "embedding", CommKind::reduce_scatter, tp_, uint64_t(rows_) * C_, "f32",
+             CommPurpose::tp);
+    else
+      e_.add("fwd", micro, "embedding", CommKind::all_reduce, tp_, uint64_t(tokens_) * C_, "f32",
+             CommPurpose::tp);
+  }
+  void embedding_backward(int micro) {
+    if (sp_)
+      e_.add("bwd", micro, "embedding", CommKind::all_gather, tp_, uint64_t(rows_) * C_, "f32",
+             CommPurpose::tp);
+  }
+  // The LM head in the loss, per chunk of m residual rows (n = m G tokens): the column linear, the
+  // cross-entropy's max and (normaliser, target logit) all-reduces, the column backward.
+  void head(int micro) {
+    if (!active()) return;
+    const int64_t G = tokens_ / rows_;
+    for (int64_t r0 = 0; r0 < rows_; r0 += head_chunk_) {
+      const uint64_t m = uint64_t(std::min<int64_t>(head_chunk_, rows_ - r0)), n = m * uint64_t(G);
+      if (sp_) e_.add("fwd", micro, "lm_head", CommKind::all_gather, tp_, m * C_, "f32", CommPurpose::tp);
+      e_.add("fwd", micro, "cross_entropy max", CommKind::all_reduce, tp_, n, "f32", CommPurpose::tp);
+      e_.add("fwd", micro, "cross_entropy sums", CommKind::all_reduce, tp_, 2 * n, "f32", CommPurpose::tp);
       if (sp_) {
-        add(phase, micro, what, CommKind::all_gather, tp_, n_ * C_ / tp_.size(), CommPurpose::tp);
-        add(phase, micro, what, CommKind::reduce_scatter, tp_, n_ * C_ / tp_.size(), CommPurpose::tp);
+        e_.add("fwd", micro, "lm_head", CommKind::all_gather, tp_, m * C_, "f32", CommPurpose::tp);
+        e_.add("fwd", micro, "lm_head", CommKind::reduce_scatter, tp_, m * C_, "f32", CommPurpose::tp);
       } else {
-        add(phase, micro, what, CommKind::all_reduce, tp_, n_ * C_, CommPurpose::tp);
+        e_.add("fwd", micro, "lm_head", CommKind::all_reduce, tp_, n * C_, "f32", CommPurpose::tp);
       }
     }
   }
-  void head(int micro) {
-    if (tp_.size() == 1) return;
-    for (int i = 0; i < 3; ++i) add("fwd", micro, "vocab", CommKind::all_reduce, tp_, n_, CommPurpose::tp);
-  }
-  void stage_output(int micro) {
-    if (stage_ + 1 < stages_)
-      add("fwd", micro, "activation", CommKind::send_recv, pp_, boundary(), CommPurpose::pp);
-  }
-  void stage_input_grad(int micro) {
-    if (stage_ > 0) add("bwd", micro, "gradient", CommKind::send_recv, pp_, boundary(), CommPurpose::pp);
-  }
 
  private:
-  uint64_t boundary() const { return sp_ && tp_.size() > 1 ? n_ * C_ / tp_.size() : n_ * C_; }
-  void add(const char* phase, int micro, const std::string& what, CommKind kind, const PlanGroup& g,
-           uint64_t count, CommPurpose purpose) {
-    e_.add(phase, micro, what, kind, g, count, purpose == CommPurpose::tp && what == "vocab" ? "f32" : act_,
-           purpose);
-    e_.out.back().formula = true;
+  // A row linear's output (forward) or a column linear's d(input) (backward) over chunk j.
+  void reduce(const char* phase, int micro, int layer, int j) {
+    add(phase, micro, layer, sp_ ? CommKind::reduce_scatter : CommKind::all_reduce, j);
   }
+  void add(const char* phase, int micro, int layer, CommKind kind, int j) {
+    if (!active()) return;
+    e_.add(phase, micro, "layer " + std::to_string(layer), kind, tp_, uint64_t(rc_.size(j)) * C_, "f32",
+           CommPurpose::tp);
+  }
+
   Emitter& e_;
-  PlanGroup tp_, pp_;
-  uint64_t n_ = 0, C_ = 0;
-  bool sp_ = true;
-  int stage_ = 0, stages_ = 1;
-  const char* act_ = "f32";
+  PlanGroup tp_;
+  bool sp_ = false;
+  uint64_t C_ = 0;
+  int64_t tokens_ = 0, rows_ = 0;  // the micro-batch's tokens on this rank; its residual rows
+  RowChunks rc_{0, 0};
+  int head_chunk_ = 0;
 };
+
+// The elements sum_gradient_ranges (parallel/pipeline_grads.cpp) sends per message for `tensors`
+// (dense ranges) given the rank's reduced-gradient runs: the held pieces (HeldRuns::same) or the whole
+// ranges (differ), cut into segments of at most 4M elements and packed while a message stays within it.
+std::vector<uint64_t> gradient_sum_messages(std::vector<Range> runs, const std::vector<Range>& tensors,
+                                            HeldRuns held) {
+  constexpr int64_t kPiece = int64_t(1) << 22;
+  std::sort(runs.begin(), runs.end(), [](Range a, Range b) { return a.begin < b.begin; });
+  std::vector<int64_t> segments;
+  auto add = [&](int64_t n) {
+    for (int64_t at = 0; at < n; at += kPiece) segments.push_back(std::min(kPiece, n - at));
+  };
+  for (const Range& tensor : tensors) {
+    int64_t at = tensor.begin;
+    for (const Range& run : runs) {
+      const Range mine = intersect(run, tensor);
+      if (mine.empty()) continue;
+      if (held == HeldRuns::differ && mine.begin > at) add(mine.begin - at);
+      add(mine.size());
+      at = mine.end;
+    }
+    if (held == HeldRuns::differ && at < tensor.end) add(tensor.end - at);
+  }
+  std::vector<uint64_t> messages;
+  for (size_t i = 0; i < segments.size();) {
+    int64_t n = 0;
+    while (i < segments.size() && n + segments[i] <= kPiece) n += segments[i++];
+    messages.push_back(uint64_t(n));
+  }
+  return messages;
+}
 
 }  // namespace
 
 // What the model does not cover yet is refused by name, never guessed.
 std::string byte_model_gap(const PlanLayout& layout) {
   const RunConfig& c = layout.config();
-  if (c.parallel.tp > 1)
-    return fmt::format("the byte model does not reproduce parallel.tp > 1 from the engine yet (got {})",
-                       c.parallel.tp);
-  if (c.parallel.pp > 1)
-    return fmt::format("the byte model does not reproduce parallel.pp > 1 from the engine yet (got {})",
-                       c.parallel.pp);
   const int U = c.parallel.sp_ulysses, R = c.parallel.sp_ring;
-  if (U > 1 && R == 1 && c.memory.chunk_tokens > 0) {
+  const int chunk = c.layer_chunk_rows();
+  if (U > 1 && R == 1 && chunk > 0) {
     const int64_t rows = int64_t(c.train.micro_batch) * layout.local_tokens();
-    if (rows > c.memory.chunk_tokens)
+    if (rows > chunk)
       return fmt::format(
           "the byte model does not reproduce query-chunked Ulysses yet ({} rows per rank in chunks of "
           "memory.chunk_tokens = {}; set memory.chunk_tokens = 0 or >= {})",
-          rows, c.memory.chunk_tokens, rows);
+          rows, chunk, rows);
   }
   return "";
 }
@@ -458,72 +568,263 @@ void check_covered(const PlanLayout& layout) {
   ODY_CHECK(gap.empty(), "plan: {}", gap);
 }
 
+// The model's tied tensor (the LM head's copy of an embeddings-unit tensor) a pipeline's last stage
+// holds, as the layout builder finds it; empty when untied or one stage holds both ends.
+std::string tied_tensor(const ModelConfig& model, const std::vector<std::pair<int, int>>& ranges) {
+  if (ranges.size() < 2) return "";
+  const ParamTable& whole = planned_stage(model, StageRange{0, model.n_layer}, TpPiece{}).table();
+  const auto [lb, le] = ranges.back();
+  const ParamTable& last = planned_stage(model, StageRange{lb, le}, TpPiece{}).table();
+  // Per pair of planned tables (stable for the process): a search asks for it once per layout.
+  static std::map<std::pair<const ParamTable*, const ParamTable*>, std::string> found;
+  auto it = found.find({&whole, &last});
+  if (it != found.end()) return it->second;
+  std::string name;
+  for (const ParamInfo& t : last.tensors())
+    if (const ParamInfo* w = whole.try_find(t.name); w && w->unit == 0) name = t.name;
+  return found.emplace(std::pair{&whole, &last}, name).first->second;
+}
+
+// One chunk (pipeline stage) of this rank: its stage, its ZeRO engine and its place in the model.
+struct ChunkModel {
+  const Stage* stage = nullptr;
+  std::unique_ptr<ZeroModel> zero;
+  int begin = 0, end = 0;
+  bool head = false, embeddings = false;
+  std::vector<UnitUse> forward_uses, backward_uses;  // in schedule order
+  int layer_of(int unit) const {
+    const int l = unit - (embeddings ? 1 : 0);
+    return l >= 0 && l < end - begin ? begin + l : -1;
+  }
+};
+
+// Drives the stages of one rank through the step's pipeline actions (parallel/pipeline.cpp) with the
+// hooks in the order the stages call them (model/layer_stage.h), emitting every collective on the way.
+class StepModel {
+ public:
+  StepModel(const PlanLayout& layout, int rank, Emitter& e)
+      : layout_(layout),
+        c_(layout.config()),
+        e_(e),
+        sp_(layout, rank, e),
+        tp_(layout, rank, e),
+        pp_(layout.group(GridGroup::pp, rank)) {
+    const GridCoords me = layout.coords(rank);
+    P_ = c_.parallel.pp;
+    shape_ = PipelineShape{P_, P_ > 1 ? c_.parallel.pp_virtual : 1, layout.micro_steps()};
+    ranges_ = P_ == 1 ? std::vector<std::pair<int, int>>{{0, c_.model.n_layer}}
+                      : stage_layers(c_.model.n_layer, shape_.stages(), c_.parallel.pp_layers);
+    for (int chunk = 0; chunk < shape_.v; ++chunk) {
+      ChunkModel& ch = chunks_.emplace_back();
+      std::tie(ch.begin, ch.end) = ranges_[size_t(chunk * P_ + me.pp)];
+      ch.stage = &planned_stage(c_.model, StageRange{ch.begin, ch.end}, TpPiece{c_.parallel.tp, me.tp});
+      ch.zero = std::make_unique<ZeroModel>(layout, rank, *ch.stage, e);
+      ch.head = ch.end == c_.model.n_layer;
+      ch.embeddings = ch.begin == 0;
+      for (const UnitUse& u : ch.stage->unit_schedule())
+        (u.forward ? ch.forward_uses : ch.backward_uses).push_back(u);
+    }
+    // memory.checkpoint = auto: the engine's memory check takes the first policy that fits the host
+    // (train/memory_plan.cpp); planned as that first one, the layout fitting.
+    policy_ = c_.memory.checkpoint;
+    if (policy_ == CheckpointPolicy::automatic)
+      policy_ =
+          c_.memory.tier == MemoryTier::disk ? CheckpointPolicy::keep_attention : CheckpointPolicy::none;
+    actions_ = build_schedule(P_ > 1 ? c_.parallel.pp_schedule : PipelineSchedule::one_f_one_b,
+                              shape_)[size_t(me.pp)];
+  }
+
+  void run() {
+    std::vector<int> backwards_left(chunks_.size(), shape_.m);
+    for (const PipeAction& a : actions_) {
+      const int chunk = shape_.chunk_of(a.stage);
+      if (a.kind == PipeAction::forward)
+        forward(chunk, a.stage, a.mb);
+      else if (a.kind == PipeAction::weight)
+        weight(chunk, a.mb, --backwards_left[size_t(chunk)] == 0);
+      else
+        backward(chunk, a.stage, a.mb,
+                 a.kind == PipeAction::backward && --backwards_left[size_t(chunk)] == 0);
+    }
+  }
+  const std::vector<std::pair<int, int>>& ranges() const { return ranges_; }
+  std::vector<ChunkModel>& chunks() { return chunks_; }
+  const PlanGroup& pp() const { return pp_; }
+  const PlanGroup& tp() const { return tp_.group(); }
+
+ private:
+  void forward(int chunk, int stage, int mb) {
+    ChunkModel& ch = chunks_[size_t(chunk)];
+    ZeroModel& zero = *ch.zero;
+    if (stage > 0) p2p("fwd", mb, "activation recv", false);
+    zero.begin_forward(mb);
+    bool embedded = false;
+    for (const UnitUse& u : ch.forward_uses) {
+      zero.before_forward(u.unit);
+      const int layer = ch.layer_of(u.unit);
+      if (layer >= 0) {
+        tp_.qkv_forward("fwd", mb, layer);
+        sp_.forward("fwd", mb, layer);
+        tp_.mlp_forward(mb, layer);
+      } else if (u.unit == 0 && ch.embeddings && !embedded) {
+        embedded = true;
+        tp_.embedding_forward(mb);
+      }
+      zero.after_forward(u.unit);
+    }
+    if (ch.head) {  // the loss: the head's backward use begins, its chunks run forward and backward
+      zero.before_backward(ch.backward_uses.front().unit);
+      tp_.head(mb);
+    }
+    if (stage + 1 < shape_.stages()) p2p("fwd", mb, "activation", true);
+  }
+
+  void backward(int chunk, int stage, int mb, bool last) {
+    ChunkModel& ch = chunks_[size_t(chunk)];
+    ZeroModel& zero = *ch.zero;
+    if (stage + 1 < shape_.stages()) p2p("bwd", mb, "gradient recv", false);
+    zero.begin_micro_step(mb, last);
+    // A tied head's use (unit 0, begun in the loss) ends after the embeddings' backward; an untied
+    // head's (the final unit) at once.
+    const int head_unit = ch.head ? ch.backward_uses.front().unit : -1;
+    if (ch.head && head_unit != 0) zero.after_backward(head_unit);
+    const bool recomputes = keeps_layer_inputs(policy_);
+    for (size_t i = ch.head ? 1 : 0; i < ch.backward_uses.size(); ++i) {
+      const int unit = ch.backward_uses[i].unit, layer = ch.layer_of(unit);
+      zero.before_backward(unit);
+      if (layer >= 0) {
+        // model/layer_loop.h: the stage's last layer is still fresh from the forward.
+        const bool fresh = layer == ch.end - 1;
+        if (recomputes && !fresh) tp_.qkv_forward("bwd", mb, layer);
+        if (recomputes && !fresh && policy_ != CheckpointPolicy::keep_attention)
+          sp_.forward("bwd", mb, layer);
+        tp_.mlp_backward(mb, layer, recomputes && (!fresh || tp_.chunks() > 1));
+        sp_.backward(mb, layer);
+        tp_.qkv_backward(mb, layer);
+      } else if (unit == 0 && ch.embeddings) {
+        tp_.embedding_backward(mb);
+      }
+      zero.after_backward(unit);
+    }
+    if (ch.head && head_unit == 0) {
+      tp_.embedding_backward(mb);
+      zero.after_backward(0);
+    }
+    if (stage > 0) p2p("bwd", mb, "gradient", true);
+  }
+
+  // zb1's W: the chunk's last one ends its engine's last micro-step (every backward use's reduction).
+  void weight(int chunk, int mb, bool last) {
+    if (!last) return;
+    ChunkModel& ch = chunks_[size_t(chunk)];
+    ch.zero->begin_micro_step(mb, true);
+    for (const UnitUse& u : ch.backward_uses) ch.zero->after_backward(u.unit);
+  }
+
+  // A send of the stage's hidden states (or their gradient) counts the message; its receive a call.
+  void p2p(const char* phase, int mb, const char* what, bool send) {
+    e_.add(phase, mb, what, CommKind::send_recv, pp_, tp_.hidden(), "f32", CommPurpose::pp, send);
+  }
+
+  const PlanLayout& layout_;
+  const RunConfig& c_;
+  Emitter& e_;
+  SpModel sp_;
+  TpModel tp_;
+  PlanGroup pp_;
+  int P_ = 1;
+  PipelineShape shape_;
+  std::vector<std::pair<int, int>> ranges_;
+  std::vector<ChunkModel> chunks_;
+  CheckpointPolicy policy_ = CheckpointPolicy::none;
+  std::vector<PipeAction> actions_;
+};
+
+// Members of the group the layout builder splits with color(q) from the world (key: world rank): the
+// ranks with this rank's color; intra as the builder declares it (one node in the world).
+PlanGroup split_group(const PlanLayout& layout, const std::string& name, int rank,
+                      const std::function<int(int)>& color) {
+  std::vector<int> members;
+  for (int q = 0; q < layout.world(); ++q)
+    if (color(q) == color(rank)) members.push_back(q);
+  return layout.subgroup(name, members, layout.nodes() == 1);
+}
+
 }  // namespace
 
 std::vector<CommRecord> comm_schedule(const PlanLayout& layout, int rank, bool exact) {
   if (exact) check_covered(layout);
   const RunConfig& c = layout.config();
   Emitter e{layout, {}};
-  // This rank's stage: the whole model, or its pipeline stage's layers (one stage per pp rank).
-  const int pp = c.parallel.pp, stage_index = layout.coords(rank).pp;
-  const auto [begin, end] =
-      pp == 1 ? std::pair{0, c.model.n_layer}
-              : stage_layers(c.model.n_layer, pp, c.parallel.pp_layers)[size_t(stage_index)];
-  const auto stage =
-      &planned_stage(c.model, StageRange{begin, end}, TpPiece{c.parallel.tp, layout.coords(rank).tp});
-  ZeroModel zero(layout, rank, *stage, e);
-  SpModel sp(layout, rank, e);
-  FormulaModel formula(layout, rank, e);
-  // Full checkpointing reruns a layer's attention forward in its backward (model/recompute.h), all but
-  // the stage's last layer, whose activations are still the working ones (layer_loop.h, "fresh").
-  const bool full = c.memory.checkpoint == CheckpointPolicy::full;
-  const std::vector<UnitUse>& uses = stage->unit_schedule();
-  const int m = layout.micro_steps();
-  // The stage's units: 0 the embeddings (first stage only), then its layers, then the final norm (and
-  // head) on the last stage.
-  const int first_layer_unit = begin == 0 ? 1 : 0;
-  auto layer_of = [&](int unit) {
-    const int l = unit - first_layer_unit;
-    return l >= 0 && l < end - begin ? begin + l : -1;
-  };
-  const bool head = end == c.model.n_layer;
-  for (int micro = 0; micro < m; ++micro) {
-    zero.begin_micro_step(micro, micro == m - 1);
-    bool backward_started = false;
-    for (const UnitUse& u : uses) {
-      const int layer = layer_of(u.unit);
-      if (u.forward) {
-        zero.before_forward(u.unit);
-        if (layer >= 0) sp.forward("fwd", micro, layer), formula.layer("fwd", micro, layer);
-        zero.after_forward(u.unit);
-      } else {
-        if (!backward_started) {
-          backward_started = true;
-          formula.stage_output(micro);
-          if (head) formula.head(micro);
+  // About the records of a step (the layers' per micro-batch), so the list grows without copies.
+  e.out.reserve(size_t(layout.micro_steps()) * size_t(c.model.n_layer / c.parallel.pp + 4) * 16);
+  StepModel step(layout, rank, e);
+  step.run();
+  auto& chunks = step.chunks();
+  const GridDims& d = layout.dims();
+  const int t = d.tp, P = d.pp;
+  // train_step: the tied copies summed over the embedding group (pipeline_grads.h), per chunk holding one.
+  const std::string tied = tied_tensor(c.model, step.ranges());
+  if (!tied.empty()) {
+    const int zero = c.parallel.zero_stage;
+    auto color = [&](int q) {
+      const GridCoords g = layout.coords(q);
+      if (g.pp != 0 && g.pp != P - 1) return -1;
+      const int replica = g.sp_ulysses + d.sp_ulysses * (g.sp_ring + d.sp_ring * g.dp);
+      return (zero == 0 ? replica : 0) * t + g.tp;
+    };
+    const PlanGroup embd = split_group(layout, "embd", rank, color);
+    for (ChunkModel& ch : chunks)
+      if (const ParamInfo* p = ch.stage->table().try_find(tied))
+        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(),
+                                                {Range{p->offset, p->offset + p->numel}}, HeldRuns::differ))
+          e.add("step", -1, "tied " + tied, CommKind::all_reduce, embd, n, "f32", CommPurpose::grads);
+  }
+  // Tensor parallelism's sums (tp_grads.h): replicated tensors over tp under TP-SP, replicated kv heads
+  // over their kv group.
+  if (t > 1) {
+    const int K = c.model.kv_heads();
+    const PlanGroup kv = split_group(layout, "tp_kv", rank, [&](int q) {
+      const GridCoords g = layout.coords(q);
+      const int first = q - g.tp;  // the tp group's first member (tp is innermost)
+      return kv_group_color(K, t, g.tp, first);
+    });
+    for (ChunkModel& ch : chunks) {
+      std::vector<Range> over_tp, over_kv;
+      for (const ParamInfo& p : ch.stage->table().tensors()) {
+        const Range dense{p.offset, p.offset + p.numel};
+        if (p.tp.dim < 0) {
+          if (c.parallel.tp_sp) over_tp.push_back(dense);
+        } else if (p.tp.kv && t > p.tp.heads) {
+          over_kv.push_back(dense);
         }
-        zero.before_backward(u.unit);
-        if (layer >= 0 && full && layer != end - 1)
-          sp.forward("bwd", micro, layer), formula.layer("bwd", micro, layer);
-        if (layer >= 0) sp.backward(micro, layer), formula.layer("bwd", micro, layer);
-        zero.after_backward(u.unit);
       }
+      if (!over_tp.empty())
+        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(), over_tp, HeldRuns::same))
+          e.add("step", -1, "replicated", CommKind::all_reduce, step.tp(), n, "f32", CommPurpose::tp);
+      if (!over_kv.empty())
+        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(), over_kv, HeldRuns::same))
+          e.add("step", -1, "kv heads", CommKind::all_reduce, kv, n, "f32", CommPurpose::tp);
     }
-    formula.stage_input_grad(micro);
   }
-  // train_step: the loss (sum, count) over the replicas (and the pipeline's stages), then the gradient
-  // norm's partial sums (reductions.cpp: an all-gather of doubles, summed in rank order), then the update.
-  e.add("scalars", -1, "loss", CommKind::all_gather, zero.dp(), 2 * sizeof(double), "u8",
-        CommPurpose::scalars);
-  if (pp > 1) {
-    e.add("scalars", -1, "loss", CommKind::all_gather, layout.group(GridGroup::pp, rank), 2 * sizeof(double),
-          "u8", CommPurpose::scalars);
-    e.out.back().formula = true;
-  }
-  if (c.parallel.zero_stage > 0)
-    e.add("scalars", -1, "grad norm", CommKind::all_gather, zero.dp(), sizeof(double), "u8",
+  // The loss (sum, count) over the replicas and the pipeline's stages, then the gradient norm's partial
+  // sums (reductions.cpp: an all-gather of doubles, summed in rank order) per engine over its replicas,
+  // then over the stages and the tensor-parallel pieces; then the update.
+  const PlanGroup& dp = chunks.front().zero->dp();
+  e.add("scalars", -1, "loss", CommKind::all_gather, dp, 2 * sizeof(double), "u8", CommPurpose::scalars);
+  if (P > 1)
+    e.add("scalars", -1, "loss", CommKind::all_gather, step.pp(), 2 * sizeof(double), "u8",
           CommPurpose::scalars);
-  zero.after_step();
+  if (c.parallel.zero_stage > 0)
+    for (size_t k = 0; k < (P > 1 || t > 1 ? chunks.size() : 1); ++k)
+      e.add("scalars", -1, "grad norm", CommKind::all_gather, dp, sizeof(double), "u8", CommPurpose::scalars);
+  if (P > 1)
+    e.add("scalars", -1, "grad norm", CommKind::all_gather, step.pp(), sizeof(double), "u8",
+          CommPurpose::scalars);
+  if (t > 1)
+    e.add("scalars", -1, "grad norm", CommKind::all_gather, step.tp(), sizeof(double), "u8",
+          CommPurpose::scalars);
+  for (ChunkModel& ch : chunks) ch.zero->after_step();
   return e.out;
 }
 

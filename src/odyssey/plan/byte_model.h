@@ -34,14 +34,14 @@ struct CommRecord {
   uint64_t bus_bytes = 0;  // per rank per call, nccl-tests convention
   uint64_t repeat = 1;     // identical calls in a row (a ring's P - 1 passes): one record
   CommPurpose purpose = CommPurpose::scalars;
-  bool formula = false;  // from planner.md §5.3's closed forms, not the engine's own sizing (TP, PP)
-  int node_ranks = 1;    // ranks per node of the layout: the copies of this call sharing a node's NIC
+  int node_ranks = 1;  // ranks per node of the layout: the copies of this call sharing a node's NIC
   uint64_t quantized_elements = 0;  // fp32 elements this rank encodes or decodes for the call
 };
 
-// The step's records of world rank `rank`, in issue order. exact: fails naming what the model does not
-// reproduce from the engine's code yet (tensor and pipeline parallelism, query-chunked Ulysses); else
-// those parts come from planner.md §5.3's closed forms, each such record marked `formula`.
+// The step's records of world rank `rank`, in the order its pipeline actions issue them (pp = 1 is a
+// one-stage pipeline, as in the engine). exact: fails naming what the model does not reproduce from the
+// engine (byte_model_gap); else such layouts are planned as their nearest covered form (query-chunked
+// Ulysses as whole-sequence Ulysses).
 std::vector<CommRecord> comm_schedule(const PlanLayout& layout, int rank, bool exact = true);
 // Why comm_schedule(exact) would refuse this layout; empty when it reproduces the engine.
 std::string byte_model_gap(const PlanLayout& layout);

@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 
 #include "odyssey/core/error.h"
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/layout.h"
+#include "odyssey/plan/memory_model.h"
 #include "odyssey/train/trainer.h"
 
 namespace odyssey {
@@ -36,7 +38,44 @@ void compare_map(const nlohmann::json& p, const nlohmann::json& m, const std::st
   }
 }
 
+// A call as both lists name it: group, kind, level, count, dtype, bus bytes.
+std::string call_key(const std::string& group, const std::string& kind, const std::string& level,
+                     uint64_t count, const std::string& dtype, uint64_t bus) {
+  return fmt::format("{} on {} ({}): {} x {}, {} bus bytes", kind, group, level, count, dtype, bus);
+}
+
 }  // namespace
+
+std::vector<std::string> compare_trace(const std::vector<CommRecord>& predicted,
+                                       const nlohmann::json& trace) {
+  std::map<std::string, int64_t> measured;
+  for (const auto& r : trace)
+    ++measured[call_key(r.at("group").get<std::string>(), r.at("kind").get<std::string>(),
+                        r.at("level").get<std::string>(), r.at("count").get<uint64_t>(),
+                        r.at("dtype").get<std::string>(), r.at("bus_bytes").get<uint64_t>())];
+  std::vector<std::string> out;
+  size_t index = 0;
+  for (const CommRecord& r : predicted)
+    for (uint64_t k = 0; k < r.repeat; ++k, ++index) {
+      const std::string key = call_key(r.group, comm_kind_name(r.kind), r.intra ? "intra" : "inter", r.count,
+                                       r.dtype, r.bus_bytes);
+      auto it = measured.find(key);
+      if (it != measured.end() && it->second > 0) {
+        --it->second;
+        continue;
+      }
+      if (out.empty())
+        out.push_back(
+            fmt::format("trace: planned call {} ({} micro-step {}, {}) is not in the engine's trace: {}",
+                        index, r.phase, r.micro, r.what, key));
+    }
+  for (const auto& [key, n] : measured)
+    if (n > 0) {
+      out.push_back(fmt::format("trace: the engine made {} call(s) the plan lacks: {}", n, key));
+      break;
+    }
+  return out;
+}
 
 std::vector<std::string> compare_comm(const nlohmann::json& predicted, const nlohmann::json& measured) {
   std::vector<std::string> out;
@@ -71,14 +110,32 @@ nlohmann::json check_layout(const RunConfig& config, Communicator& world) {
   run.checkpoint.overwrite = true;
   run.log.metrics = dir + "/metrics.jsonl";
   if (run.train.gemm_gflops == 0) run.train.gemm_gflops = 1;  // MFU's rate is not checked; skip measuring it
+  // Every call of the compared step, as the metrics' "comm" reports it with the trace on.
+  world.stats().set_trace(true);
   TrainResult result = run_training(run, world);
+  world.stats().set_trace(false);
   world.barrier();
   if (world.rank() == 0) fs::remove_all(dir);
 
   nlohmann::json measured = result.last_record.value("comm", nlohmann::json::object());
   nlohmann::json predicted = comm_totals_json(comm_totals(records));
   nlohmann::json report = {{"rank", world.rank()}, {"predicted", predicted}, {"measured", measured}};
-  report["mismatches"] = compare_comm(predicted, measured);
+  std::vector<std::string> mismatches = compare_comm(predicted, measured);
+  for (std::string& m : compare_trace(records, measured.value("trace", nlohmann::json::array())))
+    mismatches.push_back(std::move(m));
+  report["calls"] = measured.value("trace", nlohmann::json::array()).size();
+  measured.erase("trace");  // the report keeps the totals
+  // Memory (planner.md 9.2): the model state exactly, from the engine's footprint function; activations
+  // and communication buffers reported beside the engine's until they come from it too.
+  const nlohmann::json engine_memory = result.last_record.value("memory", nlohmann::json::object());
+  const PlanMemory planned = plan_memory(layout, world.rank());
+  const nlohmann::json plan_mem = planned.to_json();
+  for (const char* f : {"params", "grads", "optimizer"})
+    if (field(plan_mem, f) != field(engine_memory, f))
+      mismatches.push_back(fmt::format("memory {}: predicted {}, measured {}", f, field(plan_mem, f),
+                                       field(engine_memory, f)));
+  report["memory"] = {{"predicted", plan_mem}, {"measured", engine_memory}};
+  report["mismatches"] = mismatches;
   return report;
 }
 

@@ -10,29 +10,6 @@ namespace odyssey {
 
 namespace {
 
-// The grid dimensions a group spans, innermost first (tp, sp_ulysses, sp_ring, dp, pp): comm/grid.cpp's
-// rule, for the groups the engine splits from the grid.
-std::array<bool, 5> spans(GridGroup g) {
-  switch (g) {
-    case GridGroup::tp:
-      return {true, false, false, false, false};
-    case GridGroup::sp_ulysses:
-      return {false, true, false, false, false};
-    case GridGroup::sp_ring:
-      return {false, false, true, false, false};
-    case GridGroup::sp:
-      return {false, true, true, false, false};
-    case GridGroup::dp:
-      return {false, false, false, true, false};
-    case GridGroup::dp_sp:
-      return {false, true, true, true, false};
-    case GridGroup::pp:
-      return {false, false, false, false, true};
-    default:
-      return {true, true, true, true, true};
-  }
-}
-
 std::array<int, 5> as_array(const GridCoords& c) {
   return {c.tp, c.sp_ulysses, c.sp_ring, c.dp, c.pp};
 }
@@ -80,29 +57,53 @@ bool PlanLayout::one_node(const std::vector<int>& members) const {
   return true;
 }
 
+int PlanLayout::nodes_of(const std::vector<int>& members) const {
+  std::vector<int> nodes;
+  for (int q : members) nodes.push_back(node_of(q));
+  std::sort(nodes.begin(), nodes.end());
+  return int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+}
+
 PlanGroup PlanLayout::group(GridGroup g, int rank) const {
   PlanGroup out;
   out.name = grid_group_name(g);
-  const auto span = spans(g);
-  const auto mine = as_array(coords(rank));
-  for (int q = 0; q < world_; ++q) {
-    bool same = true;
-    if (g == GridGroup::intra_node) {
-      same = node_of(q) == node_of(rank);
-    } else if (g == GridGroup::inter_node) {
-      same = q % ranks_per_node_ == rank % ranks_per_node_;
-    } else {
-      const auto c = as_array(coords(q));
-      for (int i = 0; i < 5; ++i) same = same && (span[i] || c[i] == mine[i]);
+  if (g == GridGroup::intra_node || g == GridGroup::inter_node || g == GridGroup::world) {
+    for (int q = 0; q < world_; ++q)
+      if (g == GridGroup::world ||
+          (g == GridGroup::intra_node ? node_of(q) == node_of(rank)
+                                      : q % ranks_per_node_ == rank % ranks_per_node_))
+        out.members.push_back(q);
+  } else {
+    // The ranks that vary the spanned dimensions with the others at mine, in world rank order (the
+    // outermost dimension, pp, most significant: rank = tp + TP (ulysses + U (ring + R (dp + DP pp)))).
+    const auto span = grid_group_spans(g);
+    const std::array<int, 5> extent = {dims_.tp, dims_.sp_ulysses, dims_.sp_ring, dims_.dp, dims_.pp};
+    std::array<int, 5> c = as_array(coords(rank));
+    std::array<int, 5> first = c;
+    for (int i = 0; i < 5; ++i)
+      if (span[i]) first[i] = 0;
+    c = first;
+    while (true) {
+      int q = 0;
+      for (int i = 4; i >= 0; --i) q = q * extent[size_t(i)] + c[size_t(i)];
+      out.members.push_back(q);
+      int i = 0;  // the next coordinates: the innermost spanned dimension counts fastest
+      for (; i < 5; ++i) {
+        if (!span[size_t(i)]) continue;
+        if (++c[size_t(i)] < extent[size_t(i)]) break;
+        c[size_t(i)] = 0;
+      }
+      if (i == 5) break;
     }
-    if (same) out.members.push_back(q);
   }
   out.intra = one_node(out.members);
+  out.nodes = nodes_of(out.members);
   return out;
 }
 
 PlanGroup PlanLayout::subgroup(const std::string& name, std::vector<int> members, bool intra_flag) const {
-  return PlanGroup{name, std::move(members), intra_flag};
+  const int nodes = nodes_of(members);
+  return PlanGroup{name, std::move(members), intra_flag, nodes};
 }
 
 }  // namespace odyssey

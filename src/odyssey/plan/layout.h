@@ -17,6 +17,7 @@ struct PlanGroup {
   std::string name;          // the engine's communicator name ("dp_sp", "sp_ulysses", ...)
   std::vector<int> members;  // world ranks, in group rank order
   bool intra = true;         // all members on one node (CommStats' level)
+  int nodes = 1;             // nodes the members span
   int size() const { return int(members.size()); }
   int rank_of(int world_rank) const;
 };
@@ -48,6 +49,7 @@ class PlanLayout {
   // A group of the given members split from another (ZeRO's node split of its data-parallel group).
   PlanGroup subgroup(const std::string& name, std::vector<int> members, bool intra_flag) const;
   bool one_node(const std::vector<int>& members) const;
+  int nodes_of(const std::vector<int>& members) const;
 
  private:
   RunConfig config_;

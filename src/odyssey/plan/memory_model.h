@@ -1,7 +1,9 @@
 // The planner's memory model (planner.md §4): bytes per rank in the engine's MemoryReport categories.
-// One function, so that it can be the engine's footprint function (DESIGN.md "one footprint function",
-// train/footprint.h) once that lands; until then it sizes what the engine's sizing code exposes without
-// allocating (the Partition's padded shards, the stage's activation_bytes_for) and says so (`exact`).
+// The model state (parameters, gradients, optimizer moments) is the engine's own footprint function
+// (train/footprint.h, engine_state_bytes over this rank's stage tables): equal to what the ZeRO engines
+// allocate by construction (`state_exact`). Activations and communication buffers come from
+// activation_and_buffer_bytes, the one place the engine's activation footprint plugs in; today it sizes
+// what the stage's activation_bytes_for and the Partition expose (`exact` false).
 #pragma once
 
 #include <cstdint>
@@ -9,17 +11,29 @@
 
 #include "odyssey/plan/cluster.h"
 #include "odyssey/plan/layout.h"
+#include "odyssey/train/footprint.h"
 
 namespace odyssey {
 
 struct PlanMemory {
   uint64_t params = 0, grads = 0, optimizer = 0, activations = 0, comm_buffers = 0;
-  bool exact = false;  // the engine's own footprint function produced it
+  bool state_exact = false;  // params, grads, optimizer from the engine's footprint function
+  bool exact = false;        // every field from it
   uint64_t total() const { return params + grads + optimizer + activations + comm_buffers; }
   nlohmann::json to_json() const;
 };
 
 PlanMemory plan_memory(const PlanLayout& layout, int rank);
+
+// The model state of world rank `rank`: engine_state_bytes (train/footprint.h) summed over its stages.
+StateBytes planned_state_bytes(const PlanLayout& layout, int rank);
+
+// What a rank holds beyond its model state while a step runs: its micro-batches' activations (with the
+// GEMM scratch) and the communication buffers in flight (gathered units, pooled buckets).
+struct PlanBuffers {
+  uint64_t activations = 0, comm_buffers = 0;
+};
+PlanBuffers activation_and_buffer_bytes(const PlanLayout& layout, int rank);
 
 // The device limit of §4.3: memory_gib x 2^30 x (1 - memory_reserve); 0 when the cluster declares none.
 uint64_t memory_limit(const Cluster& cluster);

@@ -80,6 +80,17 @@ nlohmann::json bytes_json(const std::vector<CommRecord>& records, int64_t params
 
 }  // namespace
 
+StepTime slowest_step(const PlanLayout& layout, const Cluster& cluster) {
+  StepTime worst;
+  worst.step_s = -1;
+  for (int stage = 0; stage < layout.dims().pp; ++stage) {
+    const int rank = ProcessGrid::rank_of(layout.dims(), GridCoords{0, 0, 0, 0, stage});
+    StepTime time = step_time(layout, comm_schedule(layout, rank, false), cluster, rank);
+    if (time.step_s > worst.step_s) worst = std::move(time);
+  }
+  return worst;
+}
+
 nlohmann::json plan_layout(const PlanLayout& layout, const Cluster& cluster, bool schedule) {
   const RunConfig& c = layout.config();
   nlohmann::json worst;
@@ -109,12 +120,11 @@ nlohmann::json plan_layout(const PlanLayout& layout, const Cluster& cluster, boo
              {"inputs", {{"measured", time.measured}, {"declared", time.declared}}}};
   }
   const std::string gap = byte_model_gap(layout);
-  nlohmann::json out = {
-      {"layout", layout_json(layout)},
-      {"cluster", cluster.name},
-      {"bytes_exact", gap.empty()},
-      {"bytes_note", gap.empty() ? "the engine's collectives, record for record"
-                                 : gap + "; those records from planner.md 5.3's closed forms"}};
+  nlohmann::json out = {{"layout", layout_json(layout)},
+                        {"cluster", cluster.name},
+                        {"bytes_exact", gap.empty()},
+                        {"bytes_note", gap.empty() ? "the engine's collectives, record for record"
+                                                   : gap + "; planned as whole-sequence Ulysses"}};
   out.update(worst);
   if (schedule) {
     nlohmann::json s = nlohmann::json::array();

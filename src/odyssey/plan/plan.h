@@ -7,6 +7,7 @@
 
 #include "odyssey/plan/cluster.h"
 #include "odyssey/plan/layout.h"
+#include "odyssey/plan/time_model.h"
 
 namespace odyssey {
 
@@ -18,6 +19,10 @@ int plan_world(const RunConfig& config, const Cluster& cluster);
 // rank 0's records. Bytes are the engine's exactly where byte_model_gap() is empty, else the spec's
 // closed forms for what it names ("bytes_exact", "bytes_note").
 nlohmann::json plan_layout(const PlanLayout& layout, const Cluster& cluster, bool schedule = false);
+
+// The step time of the slowest distinct rank (one per pipeline stage): what plan_layout reports, without
+// the rest of the plan (the search ranks thousands of layouts by it).
+StepTime slowest_step(const PlanLayout& layout, const Cluster& cluster);
 
 // The plan as a few aligned lines for a terminal.
 std::string plan_table(const nlohmann::json& plan);

@@ -39,7 +39,8 @@ std::vector<std::string> split_list(const std::string& v) {
 
 // A refusal's message with its numbers blanked: the reasons counted together.
 std::string reason_class(const std::string& message) {
-  return std::regex_replace(message, std::regex("[0-9]+(\\.[0-9]+)?"), "#");
+  static const std::regex number("[0-9]+(\\.[0-9]+)?");
+  return std::regex_replace(message, number, "#");
 }
 
 // The communication bundles of the search: none, SDP4Bit (qWD + TLq-HS, ZeRO 1-2), ZeRO++ (qwZ int8 +
@@ -55,12 +56,13 @@ const Bundle kBundles[] = {{"none", WeightComm::none, GradComm::none, false, 1},
                            {"sdp4bit", WeightComm::qwd, GradComm::tlq_hs, false, 8},
                            {"zeropp", WeightComm::int8, GradComm::qgz, true, 1}};
 
+// A layout that fits, ranked by its step time; its full plan is built only when it is reported.
 struct Candidate {
   RunConfig config;
   std::string bundle;
-  nlohmann::json plan;
   double step_s = 0, tokens_per_s = 0;
   uint64_t memory = 0;
+  nlohmann::json plan;  // filled for the reported ones
 };
 
 int checkpoint_rank(CheckpointPolicy p) {
@@ -228,10 +230,9 @@ nlohmann::json search_layouts(const RunConfig& base, const Cluster& cluster, con
                       continue;
                     }
                     cand.memory = peak;
-                    cand.plan = plan_layout(layout, cluster, false);
-                    cand.step_s = cand.plan["time"]["step_s"].get<double>();
-                    cand.tokens_per_s = cand.plan["time"]["tokens_per_s"].get<double>();
-                    cand.plan["memory_per_rank"] = peak;
+                    const StepTime time = slowest_step(layout, cluster);
+                    cand.step_s = time.step_s;
+                    cand.tokens_per_s = time.tokens_per_s;
                     fits.push_back(std::move(cand));
                   } catch (const Error& e) {
                     reject(e.what(), name);
@@ -250,6 +251,14 @@ nlohmann::json search_layouts(const RunConfig& base, const Cluster& cluster, con
     if (a.config.parallel.tp != b.config.parallel.tp) return a.config.parallel.tp < b.config.parallel.tp;
     return a.config.parallel.dp > b.config.parallel.dp;
   });
+  // The full plans of the reported layouts: the top K, the Pareto set, the winner's neighbours.
+  auto full_plan = [&](Candidate& cand) -> const nlohmann::json& {
+    if (cand.plan.is_null()) {
+      cand.plan = plan_layout(PlanLayout(cand.config, W, cluster.devices_per_node), cluster, false);
+      cand.plan["memory_per_rank"] = cand.memory;
+    }
+    return cand.plan;
+  };
   nlohmann::json out = {{"world", W},
                         {"cluster", cluster.name},
                         {"evaluated", evaluated},
@@ -257,35 +266,35 @@ nlohmann::json search_layouts(const RunConfig& base, const Cluster& cluster, con
                         {"fits", fits.size()}};
   nlohmann::json top = nlohmann::json::array();
   for (size_t i = 0; i < fits.size() && int(i) < o.top; ++i) {
-    nlohmann::json p = fits[i].plan;
+    nlohmann::json p = full_plan(fits[i]);
     p["comm_bundle"] = fits[i].bundle;
     top.push_back(p);
   }
   out["top"] = top;
   // The Pareto set over (step time, peak memory): no other layout is both faster and smaller.
   nlohmann::json pareto = nlohmann::json::array();
-  std::vector<const Candidate*> by_memory;
-  for (const Candidate& c : fits) by_memory.push_back(&c);
+  std::vector<Candidate*> by_memory;
+  for (Candidate& c : fits) by_memory.push_back(&c);
   std::sort(by_memory.begin(), by_memory.end(), [](auto* a, auto* b) {
     return a->memory != b->memory ? a->memory < b->memory : a->step_s < b->step_s;
   });
   double best = 1e300;
-  for (const Candidate* c : by_memory)
+  for (Candidate* c : by_memory)
     if (c->step_s < best) {
       best = c->step_s;
       pareto.push_back(
-          {{"layout", c->plan["layout"]}, {"step_s", c->step_s}, {"memory_per_rank", c->memory}});
+          {{"layout", full_plan(*c)["layout"]}, {"step_s", c->step_s}, {"memory_per_rank", c->memory}});
     }
   out["pareto"] = pareto;
   nlohmann::json why = nlohmann::json::array();
   for (size_t i = 1; i < fits.size() && i < 6; ++i)
-    why.push_back({{"layout", fits[i].plan["layout"]},
+    why.push_back({{"layout", full_plan(fits[i])["layout"]},
                    {"step_s", fits[i].step_s},
                    {"slower_by_s", fits[i].step_s - fits[0].step_s},
                    {"grew_most", fits[i].step_s == fits[0].step_s
                                      ? std::string("a tie, ordered by micro-batch 1 first, less recompute, "
                                                    "smaller tp, more dp (Hagemann et al.)")
-                                     : grown_term(fits[0].plan["time"], fits[i].plan["time"])}});
+                                     : grown_term(full_plan(fits[0])["time"], full_plan(fits[i])["time"])}});
   out["winner_vs_neighbours"] = why;
   nlohmann::json rej = nlohmann::json::array();
   for (const auto& [cls, n] : rejected)
