@@ -59,41 +59,26 @@ StateBytes planned_state_bytes(const PlanLayout& layout, int rank) {
   return total;
 }
 
+CheckpointPolicy planned_policy(const RunConfig& config) {
+  return config.memory.checkpoint == CheckpointPolicy::automatic ? auto_checkpoint_candidates(config).front()
+                                                                 : config.memory.checkpoint;
+}
+
 PlanBuffers activation_and_buffer_bytes(const PlanLayout& layout, int rank) {
   const RunConfig& c = layout.config();
-  const int pp = c.parallel.pp, zero = c.parallel.zero_stage;
-  const Stage* stage = rank_stages(layout, rank).front();
-  const ParamTable& table = stage->table();
-  const PlanGroup dp = layout.group(GridGroup::dp_sp, rank);
-  CommOptions comm;
-  comm.weights = c.comm.weights;
-  comm.grads = c.comm.grads;
-  comm.hpz = c.comm.hpz;
-  const int P = zero > 0 ? dp.size() : 1;
-  const int64_t bucket_bytes = zero == 3 ? 0 : int64_t(c.parallel.bucket_mb * 1e6);
-  const Partition& part =
-      planned_partition(table, bucket_bytes, P, zero > 0 ? dp.rank_of(rank) : 0, comm_shard_align(comm));
-  PlanBuffers b;
-  // Peaks of the buffers in flight: two gathered units (stage 3), two pooled buckets (stages 2-3).
-  std::vector<int64_t> segs;
-  for (const Partition::Segment& s : part.segments()) segs.push_back(s.layout.padded * 4);
-  std::sort(segs.rbegin(), segs.rend());
-  const uint64_t two = uint64_t(segs.size() > 0 ? segs[0] : 0) + uint64_t(segs.size() > 1 ? segs[1] : 0);
-  b.comm_buffers = (zero == 3 ? two : 0) + (zero >= 2 ? two : 0);
-  // Activations of one micro-batch of this rank's sequence shard, as the stage sizes them, plus the GEMMs'
-  // padded-B scratch.
-  const CheckpointPolicy policy =
-      c.memory.checkpoint == CheckpointPolicy::automatic ? CheckpointPolicy::none : c.memory.checkpoint;
-  Stage& sized = const_cast<Stage&>(*stage);  // set_memory only chooses what activation_bytes_for sizes
-  sized.set_memory(MemoryOptions{policy, c.memory.head_chunk_tokens, c.layer_chunk_rows()});
-  const int in_flight = pp > 1 ? pp - layout.coords(rank).pp : 1;  // 1F1B: stage i holds p - i micro-batches
-  b.activations = uint64_t(stage->activation_bytes_for(c.train.micro_batch, layout.local_tokens())) *
-                      uint64_t(in_flight) +
-                  gemm_scratch_bytes(std::max(c.model.d_model, c.model.ffn_dim()));
-  return b;
+  const GridCoords me = layout.coords(rank);
+  const PlanGroup replicas = layout.group(GridGroup::dp_sp, rank);
+  const PlanGroup node = layout.group(GridGroup::intra_node, rank);
+  int on_node = 0;
+  for (int r : replicas.members)
+    on_node += std::count(node.members.begin(), node.members.end(), r) > 0 ? 1 : 0;
+  const RankFootprint f = rank_footprint(
+      c, RankPlace{me.pp, me.tp, replicas.rank_of(rank), replicas.size(), on_node}, planned_policy(c));
+  return PlanBuffers{f.activations, f.comm_buffers};
 }
 
 PlanMemory plan_memory(const PlanLayout& layout, int rank) {
+  const RunConfig& c = layout.config();
   const StateBytes state = planned_state_bytes(layout, rank);
   const PlanBuffers buffers = activation_and_buffer_bytes(layout, rank);
   PlanMemory m;
@@ -103,7 +88,9 @@ PlanMemory plan_memory(const PlanLayout& layout, int rank) {
   m.activations = buffers.activations;
   m.comm_buffers = buffers.comm_buffers;
   m.state_exact = true;
-  m.exact = false;
+  // The footprint equals the engine's allocation byte for byte but for ZeRO 2-3's pooled gradient
+  // buckets, which it bounds (a reduction counts as in flight until the engine must wait for it).
+  m.exact = c.parallel.zero_stage < 2;
   return m;
 }
 

@@ -1,9 +1,9 @@
 // The planner's memory model (planner.md §4): bytes per rank in the engine's MemoryReport categories.
 // The model state (parameters, gradients, optimizer moments) is the engine's own footprint function
 // (train/footprint.h, engine_state_bytes over this rank's stage tables): equal to what the ZeRO engines
-// allocate by construction (`state_exact`). Activations and communication buffers come from
-// activation_and_buffer_bytes, the one place the engine's activation footprint plugs in; today it sizes
-// what the stage's activation_bytes_for and the Partition expose (`exact` false).
+// allocate by construction (`state_exact`). Activations and communication buffers are the footprint's too
+// (rank_footprint under the run's memory.checkpoint; auto: its fastest candidate): `exact` where the
+// footprint is exact (all but ZeRO 2-3's pooled gradient buckets, which it bounds).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,8 @@ struct PlanBuffers {
   uint64_t activations = 0, comm_buffers = 0;
 };
 PlanBuffers activation_and_buffer_bytes(const PlanLayout& layout, int rank);
+// The memory.checkpoint policy the plan sizes (auto: the fastest the engine tries).
+CheckpointPolicy planned_policy(const RunConfig& config);
 
 // The device limit of §4.3: memory_gib x 2^30 x (1 - memory_reserve); 0 when the cluster declares none.
 uint64_t memory_limit(const Cluster& cluster);
