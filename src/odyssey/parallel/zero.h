@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/core/bf16.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/optim/optimizer.h"
 #include "odyssey/parallel/comm_options.h"
@@ -45,6 +46,10 @@ struct ZeroOptions {
   bool overlap = true;    // reduce buckets during backward (false: all after, for benchmarks)
   int max_in_flight = 2;  // stage 2/3: bucket reductions outstanding at once
   CommOptions comm;       // compressed collectives (default: none)
+  // train.precision = bf16 (mixed-precision.md §6, §7): the model computes with a bf16 copy of the fp32
+  // master weights, rounded (RNE) after every step; every weight gather carries bf16 (ZeRO 1-2 after the
+  // step, ZeRO-3 per unit: half the bytes), gradients stay fp32 and are reduced in fp32.
+  bool bf16 = false;
 };
 
 // Bus bytes of the last optimizer step (its micro-steps and the update), per rank, by purpose and
@@ -124,8 +129,10 @@ class ZeroEngine : public LayerHooks {
   // local shard. Under comm.weights these differ from the master weights by one step's quantization.
   std::span<const float> model_weights() const { return {params_.data(), params_.size()}; }
   // Stages 1-2 with comm.weights: the replica (model_weights(), padded layout) is not the master and
-  // is checkpointed separately for exact resume.
-  bool has_weight_replica() const { return master_.size() > 0; }
+  // is checkpointed separately for exact resume. The bf16 copy is not: it is the master rounded (RNE),
+  // rebuilt exactly on load.
+  bool has_weight_replica() const { return master_.size() > 0 && !opt_.bf16; }
+  bool bf16_model_copy() const { return opt_.bf16; }
   // What determines the replica's quantization (dp, stage, sharding, weight format): a replica saved
   // under another fingerprint is not restored (the master rebuilds it).
   nlohmann::json replica_layout() const;
@@ -139,8 +146,9 @@ class ZeroEngine : public LayerHooks {
   struct Gathered {
     FloatBuffer buf;  // the unit's padded segment
     RequestPtr request;
-    QuantizedGather quantized;  // qwZ: in flight instead of request
-    bool forward = false;       // hpZ: a full-group gather whose result seeds the secondary shard
+    QuantizedGather quantized;     // qwZ: in flight instead of request
+    std::vector<bf16> send, recv;  // bf16: the shard rounded, the unit as gathered (widened into buf)
+    bool forward = false;          // hpZ: a full-group gather whose result seeds the secondary shard
   };
   struct Snapshot {
     uint64_t gather[2], reduce[2];  // [inter, intra]
@@ -150,6 +158,8 @@ class ZeroEngine : public LayerHooks {
   void prefetch_after(int position);
   void gather_start(int unit, bool forward);
   void gather_weights_after_step(int64_t step);
+  void gather_bf16_weights_after_step();
+  void round_replica();  // stage 0 bf16: the model copy from the master
   void reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
   Snapshot snapshot() const;
   void add_traffic(const Snapshot& before, bool gathers_are_weights);
@@ -177,8 +187,8 @@ class ZeroEngine : public LayerHooks {
   // Compressed communication.
   std::unique_ptr<Communicator> intra_, inter_;  // the dp ranks on my node; those with my local index
   bool two_level_grads_ = false;                 // CommOptions::two_level_grads on this layout
-  FloatBuffer master_;                           // stages 1-2 with comm.weights: the fp32 master shard
-  std::vector<FloatBuffer> secondary_;           // hpZ: per unit, my 1/D of it
+  FloatBuffer master_;  // the fp32 master: stages 1-2 with comm.weights or bf16 (shard), stage 0 bf16 (whole)
+  std::vector<FloatBuffer> secondary_;  // hpZ: per unit, my 1/D of it
   WireFormat weight_format_, grad_intra_format_, grad_inter_format_;
   uint32_t grad_round_ = 0, micro_ = 0;  // grad_round_: the optimizer step being computed (1-based)
   CommTraffic traffic_;
