@@ -4,12 +4,13 @@
 # the two loss curves compared. Writes OUT (default bench/results/bf16/convergence_demo.json): the CPU,
 # the command, every step's two losses, the final validation losses and their relative difference, the
 # mean of the last 50 train losses of each and the largest per-step difference.
-#   bash scripts/experiments/bf16_convergence.sh [STEPS (300)] [OUT]
+#   bash scripts/experiments/bf16_convergence.sh [STEPS (300)] [OUT] [SEQ_LEN (the config's 2048)]
 # Env: ODYSSEY (binary, default build/odyssey), ODYSSEY_CACHE (brown/text, gpt2/ vocabulary).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 steps=${1:-300}
 out=${2:-bench/results/bf16/convergence_demo.json}
+seq_len=${3:-2048}
 ODYSSEY=${ODYSSEY:-build/odyssey}
 cache=${ODYSSEY_CACHE:-cache}
 work=$(mktemp -d)
@@ -18,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
   --vocab-dir "$cache/gpt2" --quiet >/dev/null
 args=(--config configs/demo.toml --set parallel.sp_ulysses=1 --set parallel.zero_stage=0
   --set "data.train=$work/gpt2/train_*.bin" --set "data.val=$work/gpt2/val_*.bin" --set "data.vocab_dir=$cache/gpt2"
-  --set train.steps="$steps" --set train.eval_every=50 --set checkpoint.every=0)
+  --set train.steps="$steps" --set train.eval_every=25 --set model.seq_len="$seq_len" --set checkpoint.every=0)
 for p in fp32 bf16; do
   "$ODYSSEY" train "${args[@]}" --set train.precision=$p --set "checkpoint.dir=$work/$p" >/dev/null 2>"$work/$p.log"
 done

@@ -1,11 +1,13 @@
-# train.precision = bf16 (docs/precision.md, mixed-precision.md §9) on the tiny GPT-2 and a small Llama:
+# train.precision = bf16 (docs/precision.md, mixed-precision.md §9) on the tiny GPT-2, a small GPT-2, Llama
+# and Qwen2:
 #   - the fp32 reference is untouched by the key's existence (seam_parity.sh checks it bitwise);
 #   - bf16 trains (10 steps within 0.05 absolute and 2e-2 relative of fp32's losses, and not equal to them);
-#   - every layout in bf16 (dp 2 and 4 with ZeRO 0-3, Ulysses, ring, tp 2, pp 2) gives one process's bf16
-#     losses within relative 1e-3 (the bf16 roundings flip with the fp32 summation order);
-#   - ZeRO-3's and ZeRO-1's weight gathers move bf16: exactly half the bytes of fp32's;
+#   - every layout in bf16 (dp 2 and 4 with ZeRO 0-3, Ulysses, ring, the hybrid, tp 2, pp 2) gives one
+#     process's bf16 losses within relative 1e-3 (the bf16 roundings flip with the fp32 summation order);
+#   - ZeRO-3's and ZeRO-1's weight gathers and Ulysses' all-to-alls move bf16: exactly half the bytes of
+#     fp32's; the ring's K|V blocks too, its dK|dV sums in fp32;
 #   - checkpoints hold the fp32 master: a bf16 run resumes bit for bit, and a run resumes across precisions;
-#   - export writes bf16 safetensors that import back to the bf16 model copy.
+#   - export --dtype bf16 writes BF16 safetensors (half the bytes) and torch_dtype bfloat16.
 source "$(dirname "$0")/common.sh" "$@"
 tiny_setup
 common=(--set train.steps=10 --set train.global_batch=8 --set train.micro_batch=2 --set train.eval_every=0)
@@ -107,6 +109,34 @@ for arch in gpt2 llama; do
   run_compared ${arch}_tp2 2 ${arch}_ref 1e-3 "${bf16[@]}" --set parallel.tp=2
   run_compared ${arch}_pp2 2 ${arch}_ref 1e-3 "${bf16[@]}" --set parallel.pp=2
 done
+# Sequence parallelism's wire in bf16: Ulysses' all-to-alls exactly half of fp32's bytes; the ring's K|V
+# blocks half and its dK|dV partial sums fp32, so at 2 ranks (1 K|V hop forward, 1 K|V hop and 2 dK|dV
+# hops backward) 2 + 2 + 8 = 12 of fp32's 16 byte units: exactly 3/4.
+group_bytes() {  # group_bytes NAME GROUP: the comm bytes of GROUP in NAME's last metrics line
+  tail -n 1 "$WORK/$1/metrics.jsonl" | python3 -c "import json, sys; print(json.load(sys.stdin)['comm']['by_group']['$2']['bytes'])"
+}
+cfg="$WORK/gpt2.toml"
+run gpt2_fp32_ulysses2 2 --set parallel.sp_ulysses=2
+run gpt2_fp32_ring2 2 --set parallel.sp_ring=2
+for x in "ulysses2 sp_ulysses 1 2" "ring2 sp_ring 3 4"; do
+  set -- $x
+  a=$(group_bytes gpt2_fp32_$1 $2) b=$(group_bytes gpt2_$1 $2)
+  if [ "$a" -gt 0 ] && [ $((b * $4)) -eq $((a * $3)) ]; then
+    echo "ok: $1 $2 bytes in bf16 = $3/$4 of fp32's ($b of $a)"
+  else
+    fail "$1 $2 bytes: bf16 $b, fp32 $a (expected $3/$4)"
+  fi
+done
+run_compared gpt2_hybrid 4 gpt2_ref 1e-3 "${bf16[@]}" --set parallel.sp_ulysses=2 --set parallel.sp_ring=2
+
+# Qwen2 (Llama's block with q, k, v biases and a tied head) comes with the block runner.
+small_model_config qwen2 4 2 256
+cfg="$WORK/qwen2.toml"
+run qwen2_fp32 1
+run qwen2_ref 1 "${bf16[@]}"
+close qwen2_ref qwen2_fp32 0.05 2e-2
+run_compared qwen2_dp2_z3 2 qwen2_ref 1e-3 "${bf16[@]}" --set parallel.zero_stage=3
+
 expect_error "bf16 with zb1" "does not run parallel.pp_schedule = zb1" "$ODYSSEY" train --config "$cfg" \
   "${bf16[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb1 --set parallel.dp=1 --dry-run --world-size 2
 expect_error "bf16 with comm.grads" "does not run with comm.weights, comm.grads or comm.hpz" "$ODYSSEY" train \

@@ -116,6 +116,7 @@ Layout::Layout(const RunConfig& c, Communicator& w)
     // Query-chunked Ulysses deals the ranks' tokens by chunk; TP-SP runs the attention whole
     // (model/query_chunks.h).
     so.chunk_tokens = tp.size() > 1 && c.parallel.tp_sp ? 0 : c.memory.chunk_tokens;
+    so.bf16_wire = c.train.precision == Precision::bf16;
     sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
     for (auto& stage : stages) stage->set_attention(sp_attention.get());
     shard = sp_attention->shard();
