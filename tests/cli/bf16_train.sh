@@ -69,6 +69,18 @@ for z in "1 0" "2 2"; do
   fi
 done
 
+# Memory modes change no number in bf16 either: recomputing (cheap, full) and the disk tier give the
+# stored run's losses bit for bit; a head in chunks sums its weight gradient in another order (as in fp32).
+run_compared mem_cheap 1 ref 0 "${common[@]}" "${bf16[@]}" --set memory.checkpoint=cheap
+run_compared mem_full 1 ref 0 "${common[@]}" "${bf16[@]}" --set memory.checkpoint=full
+mkdir -p "$WORK/offload"
+run_compared mem_disk 1 ref 0 "${common[@]}" "${bf16[@]}" --set memory.checkpoint=full --set memory.tier=disk \
+  --set "memory.offload_dir=$WORK/offload"
+run_compared mem_head 1 ref 1e-3 "${common[@]}" "${bf16[@]}" --set memory.head_chunk_tokens=16
+# The metrics say the state's bytes by dtype.
+grep -q '"precision":{"bf16_model_copy_bytes_held_as_f32":[1-9]' "$WORK/ref/metrics.jsonl" ||
+  fail "the bf16 metrics do not give the state's bytes by dtype"
+
 # Across precisions: an fp32 checkpoint resumes in bf16 and a bf16 one in fp32 (the master is fp32).
 run x_fp32 1 "${resume[@]}" --set train.precision=fp32 --set train.exit_after=6
 run x_fp32 1 "${resume[@]}" --set checkpoint.resume=true

@@ -133,6 +133,8 @@ class ZeroEngine : public LayerHooks {
   // rebuilt exactly on load.
   bool has_weight_replica() const { return master_.size() > 0 && !opt_.bf16; }
   bool bf16_model_copy() const { return opt_.bf16; }
+  // The fp32 master held beside the model copy (stages 1-2 with comm.weights or bf16, stage 0 bf16).
+  uint64_t master_bytes() const { return master_.bytes(); }
   // What determines the replica's quantization (dp, stage, sharding, weight format): a replica saved
   // under another fingerprint is not restored (the master rebuilds it).
   nlohmann::json replica_layout() const;

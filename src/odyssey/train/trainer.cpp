@@ -192,6 +192,17 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
   f.traffic = engines_traffic(layout);
   for (const auto& stage : layout.stages) f.params += stage->table().total();
   f.memory = live_memory(layout);
+  if (config.train.precision == Precision::bf16) {
+    // Bytes per dtype of this rank's state: the bf16 model copy is held as fp32 values (docs/precision.md).
+    uint64_t master = 0;
+    for (const auto& engine : layout.engines) master += engine->master_bytes();
+    f.precision = {{"policy", "bf16"},
+                   {"f32_master_bytes", master},
+                   {"bf16_model_copy_bytes_held_as_f32", f.memory.params - master},
+                   {"f32_grad_bytes", f.memory.grads},
+                   {"f32_optimizer_bytes", f.memory.optimizer},
+                   {"wire", {{"weight_gathers", "bf16"}, {"sp_activations", "bf16"}, {"grads", "f32"}}}};
+  }
   std::tie(f.peak_rss, f.peak_rss_max) = peak_rss(world);
   f.inter_node_sent = wire.all_ranks(world);
   if (layout.shape.P > 1) f.pipeline = pipeline_metrics(layout, f.result, f.ms);
