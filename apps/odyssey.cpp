@@ -10,6 +10,7 @@
 
 #include "odyssey/checkpoint/checkpoint.h"
 #include "odyssey/checkpoint/hf_adapter.h"
+#include "odyssey/checkpoint/hf_export_dtype.h"
 #include "odyssey/checkpoint/inspect.h"
 #include "odyssey/comm/runtime.h"
 #include "odyssey/comm/single_communicator.h"
@@ -205,7 +206,9 @@ int cmd_prepare(PrepareOptions options) {
   return 0;
 }
 
-int cmd_export(const std::string& checkpoint, const std::string& to, const std::string& output) {
+int cmd_export(const std::string& checkpoint, const std::string& to, const std::string& output,
+               const std::string& dtype) {
+  const ExportDtype d = parse_enum(kExportDtypeNames, dtype, "--dtype");
   const HfAdapter& adapter = hf_adapter_for_format(to, "--to");
   CheckpointState state;
   auto model = load_model(checkpoint, &state);
@@ -213,7 +216,9 @@ int cmd_export(const std::string& checkpoint, const std::string& to, const std::
             "--to {}: the checkpoint {} holds a model.arch = {} model (use {})", to,
             resolve_checkpoint(checkpoint), state.model.arch, hf_adapter_for_arch(state.model.arch).format);
   adapter.export_weights(state.model, model->params(), output);
-  log_info("exported {} to {} (model.safetensors, config.json)", resolve_checkpoint(checkpoint), output);
+  convert_hf_export(output, d);
+  log_info("exported {} to {} (model.safetensors in {}, config.json)", resolve_checkpoint(checkpoint), output,
+           dtype);
   return 0;
 }
 
@@ -384,6 +389,8 @@ int main(int argc, char** argv) {
   exp->add_option("--checkpoint", checkpoint, "checkpoint or run directory")->required();
   exp->add_option("--to", to, hf_formats())->required();
   exp->add_option("--output", output, "output directory")->required();
+  std::string export_dtype = "f32";
+  exp->add_option("--dtype", export_dtype, "f32 (the fp32 master weights) or bf16 (rounded to nearest)");
 
   std::string from, input;
   auto* imp = app.add_subcommand("import", "import a model from another ecosystem's format");
@@ -453,7 +460,7 @@ int main(int argc, char** argv) {
       prep.progress = !quiet;
       return cmd_prepare(prep);
     }
-    if (*exp) return cmd_export(checkpoint, to, output);
+    if (*exp) return cmd_export(checkpoint, to, output, export_dtype);
     if (*imp) return cmd_import(from, input, output);
     if (*info) {
       std::cout << info_json().dump() << "\n";

@@ -84,7 +84,7 @@ done <<EOF_CASES
 micro batch 0|train.micro_batch must be positive, got 0|"\${T[@]}" --set train.micro_batch=0
 negative lr|train.lr must be positive, got -1|"\${T[@]}" --set train.lr=-1
 unknown schedule|train.schedule: unknown .*'linear'|"\${T[@]}" --set train.schedule=linear
-unsupported precision|train.precision: 'bf16'|"\${T[@]}" --set train.precision=bf16
+unknown precision|train.precision: unknown .*'fp16'|"\${T[@]}" --set train.precision=fp16
 zero stage 4|parallel.zero_stage must be 0, 1, 2 or 3, got 4|"\${T[@]}" --set parallel.zero_stage=4
 ulysses over the world|parallel.sp_ulysses \(3\).*world size \(1\)|"\${T[@]}" --set parallel.sp_ulysses=3
 tensor parallel|parallel.tp \(2\)|"\${T[@]}" --set parallel.tp=2

@@ -158,6 +158,7 @@ class Runner {
       spec_.norm.forward(y, mean.size() ? row_at(mean, r, rc_.N, 1) : nullptr, row_at(rstd, r, rc_.N, 1), x,
                          nw, nb, n, d_.C, d_.eps);
     });
+    lin_.store_activation(y, n, d_.C);
   }
   void norm_backward(float* dx, float* dw, float* db, const float* dy, const float* x, const float* nw,
                      FloatBuffer& mean, FloatBuffer& rstd, int r, int n) const {
@@ -224,7 +225,10 @@ void Runner::qkv_chunk_forward(BlockActs& a, float* dst, const float* x, const B
   float* norm1 = row_at(a.norm1, r, rc_.N, C);
   norm_forward(norm1, a.norm1_mean, a.norm1_rstd, r, x + size_t(r) * C, w.norm1_w, w.norm1_b, n);
   lin_.column_forward(dst, norm1, w.qkv_w, w.qkv_b, {n * G_, C, int(W()), "qkv", o_});
-  rope(dst, r * G_, n * G_, false);
+  if (spec_.rope) {
+    rope(dst, r * G_, n * G_, false);
+    lin_.store_activation(dst, n * G_, int64_t(W()));
+  }
 }
 
 // The rest of chunk j after the attention, in Domino's three steps (model/domino.h; f: the chunk's
@@ -251,6 +255,7 @@ void Runner::mlp_chunk_step(BlockActs& a, float* out, const float* x, const Bloc
     norm_forward(norm2, a.norm2_mean, a.norm2_rstd, r, residual2, w.norm2_w, w.norm2_b, n);
     lin_.column_forward(up, norm2, w.up_w, w.up_b, {gn, C, d_.up, spec_.up_tag, o_});
     observed(o_, spec_.activation.forward_tag, 0, [&] { spec_.activation.forward(act, up, gn, d_.act); });
+    lin_.store_activation(act, gn, d_.act);
     if (y)
       f = lin_.row_forward_start(y, act, w.down_w, w.down_b, {gn, d_.act, C, spec_.down_tag, o_}, slot(j));
   } else if (y) {
@@ -286,12 +291,14 @@ void Runner::mlp_chunk_backward_step(float* dres, float* datty, BlockActs& a, co
     if (re.cheap) {  // the forward's own calls on the kept residual2 and up
       norm_forward(norm2, a.norm2_mean, a.norm2_rstd, r, residual2, w.norm2_w, w.norm2_b, n);
       observed(o_, spec_.activation.forward_tag, 0, [&] { spec_.activation.forward(act, up, gn, d_.act); });
+      lin_.store_activation(act, gn, d_.act);
     }
     float* dact = sc_.dact.data();  // the linears' backwards overwrite their dx
     lin_.row_backward(dact, g.down_w, g.down_b, dr, act, w.down_w, {gn, d_.act, C, spec_.down_tag, o_});
     float* dup = sc_.dup.data();  // the activation's backward overwrites it
     observed(o_, spec_.activation.backward_tag, 0,
              [&] { spec_.activation.backward(dup, dact, up, gn, d_.act); });
+    lin_.store_activation(dup, gn, d_.up);
     f = lin_.column_backward_start(dnorm, g.up_w, g.up_b, dup, norm2, w.up_w,
                                    {gn, C, d_.up, spec_.up_tag, o_}, slot(j));
     return;
@@ -323,6 +330,7 @@ void Runner::qkv_chunk_backward_step(float* dres, float* dqkv, BlockActs& a, con
   const float* xr = x + size_t(r) * C;
   if (step == 0) {
     rope(dqkv, r * G_, n * G_, true);
+    lin_.store_activation(dqkv, n * G_, int64_t(W()));
     if (rerun_norm) norm_forward(norm1, a.norm1_mean, a.norm1_rstd, r, xr, w.norm1_w, w.norm1_b, n);
     f = lin_.column_backward_start(dnorm, g.qkv_w, g.qkv_b, dqkv, norm1, w.qkv_w,
                                    {n * G_, C, int(W()), "qkv", o_}, slot(j));
@@ -344,6 +352,7 @@ bool Runner::query_chunked() const {
 void Runner::attention_forward(BlockActs& a, const float* qkv) {
   observed(o_, "attention.fwd", 2.0 * s_.B * d_.H * double(s_.T) * s_.T * d_.D,
            [&] { att_.forward(a.atty.data(), a.lse.data(), qkv, s_.B, s_.T, d_.H, d_.D, a.attention); });
+  lin_.store_activation(a.atty.data(), s_.N(), int64_t(HD()));
 }
 
 // Chunk j's queries against the K/V prefix, into its rows of atty and lse.
@@ -353,6 +362,7 @@ void Runner::attention_chunk_forward(BlockActs& a, const float* qkv, KvRows kv, 
     att_.forward_chunk(row_at(a.atty, r, N, HD()), row_at(a.lse, r, N, d_.H), qkv, kv, r, n, s_.T, d_.H,
                        d_.D);
   });
+  lin_.store_activation(row_at(a.atty, r, N, HD()), n, int64_t(HD()));
 }
 
 void Runner::chunked_forward(BlockActs& a, const float* x, const BlockTensors& w) {

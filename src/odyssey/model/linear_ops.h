@@ -81,6 +81,13 @@ class LinearOps {
   int64_t rows(int64_t n) const { return split().rows(n); }
   TpSplit split() const { return {tp(), sequence_parallel(), overlaps()}; }
 
+  // An activation the block computed that the next linear (or the attention) reads: rows of `cols`
+  // floats, `ld` apart (0: cols): the norms' outputs, the qkv after RoPE, the attention's output, the
+  // MLP activation, and in backward d(qkv), d(up) and the LM head's dlogits. Stored as computed in fp32;
+  // the bf16 policy (model/bf16_linears.h) rounds it to bf16 in place, where mixed-precision.md §3
+  // stores that tensor in bf16.
+  virtual void store_activation(float* /*x*/, int64_t /*rows*/, int64_t /*cols*/, int64_t /*ld*/ = 0) {}
+
   // y_r [n, out] = x_full W_r^T + b_r; x [rows(n), in]; W_r [out, in]; b_r [out] or null.
   virtual void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
                               const LinearCall& c) = 0;

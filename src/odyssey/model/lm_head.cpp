@@ -52,6 +52,7 @@ void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpOb
     const FinalNorm& f = a.norm;
     std::copy(a.x + size_t(r0) * C, a.x + size_t(r0 + m) * C, f.x);  // before dx overwrites it
     norm_forward(f, m, C, o);
+    linears.store_activation(f.n, m, C);
     const float* x = f.n;
     const int* t = a.targets + r0;
     float* loss = a.losses + r0;
@@ -67,6 +68,7 @@ void lm_head_loss(const LmHeadArgs& a, LinearOps& linears, VocabOps& vocab, OpOb
       for (int64_t k = 0; k < n; ++k)
         a.losses[tp_sp_token(a.N, int(G), int(k / m), r0 + k % m, a.layer_chunk)] = losses[size_t(k)];
     if (!train) continue;
+    linears.store_activation(a.block, n, Vr, ld);  // dlogits
     linears.column_backward(f.dn, a.dw, nullptr, a.block, x, a.w, call);
     norm_backward(a.dx + size_t(r0) * C, f, m, C, o);
   }

@@ -8,6 +8,7 @@
 #include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/kernels/bf16_convert.h"
 #include "odyssey/kernels/elementwise.h"
 #include "odyssey/model/fused_qkv.h"
 #include "odyssey/parallel/lse_merge.h"
@@ -156,10 +157,22 @@ void RingAttention::pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& s
   const int P = ring_.size(), r = ring_.rank();
   if (s + 1 >= P) return;  // the last step's block goes nowhere
   // Receive first, then send; the caller computes on block s while both are in flight.
-  recv =
-      ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, (r + P - 1) % P, p2p_tag::ring_kv);
-  send = ring_.send_async(kv_[s % 2].data(), size_t(kv_n), DType::f32, (r + 1) % P, p2p_tag::ring_kv);
+  if (options_.bf16_wire) {
+    kv_send_.resize(size_t(kv_n)), kv_recv_.resize(size_t(kv_n));
+    convert_to_bf16(kv_[s % 2].data(), kv_send_.data(), size_t(kv_n));
+    recv = ring_.recv_async(kv_recv_.data(), size_t(kv_n), DType::bf16, (r + P - 1) % P, p2p_tag::ring_kv);
+    send = ring_.send_async(kv_send_.data(), size_t(kv_n), DType::bf16, (r + 1) % P, p2p_tag::ring_kv);
+  } else {
+    recv = ring_.recv_async(kv_[(s + 1) % 2].data(), size_t(kv_n), DType::f32, (r + P - 1) % P,
+                            p2p_tag::ring_kv);
+    send = ring_.send_async(kv_[s % 2].data(), size_t(kv_n), DType::f32, (r + 1) % P, p2p_tag::ring_kv);
+  }
   if (!options_.overlap) finish(recv, times_), finish(send, times_);
+}
+
+void RingAttention::received_kv(int s, int64_t kv_n) {
+  if (options_.bf16_wire && s + 1 < ring_.size())
+    convert_to_float(kv_recv_.data(), kv_[(s + 1) % 2].data(), size_t(kv_n));
 }
 
 size_t RingAttention::bytes() const {
@@ -228,6 +241,7 @@ void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, Hea
     times_.compute += compute.seconds();
     finish(recv, times_);
     finish(send, times_);
+    received_kv(s, kv_n);
     ++times_.steps;
   }
 }
@@ -281,6 +295,7 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
     times_.compute += compute.seconds();
     finish(recv, times_);
     finish(send, times_);
+    received_kv(s, kv_n);
     if (P > 1) {
       // Add the accumulator that arrived for block src and pass it on towards src.
       if (s > 0) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "odyssey/comm/communicator.h"
+#include "odyssey/core/bf16.h"
 #include "odyssey/core/buffer.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/model/attention_op.h"
@@ -37,6 +38,9 @@ struct RingOptions {
   bool overlap = true;
   // Query rows per kernel call; in-flight transfers are polled between calls.
   int progress_rows = 256;
+  // train.precision = bf16: the K|V blocks travel as bf16 (the policy stores k and v in bf16: lossless,
+  // half the bytes); the dK|dV partial sums stay fp32 (mixed-precision.md §7, comm.sp_grads = fp32).
+  bool bf16_wire = false;
 };
 
 // Where the time of the calls since reset() went (seconds): block compute (kernel calls and merges)
@@ -98,6 +102,8 @@ class RingAttention : public AttentionOp {
   void check_dims(const AttentionDims& d) const;
   // Step s of the ring: start receiving the next K|V block into kv_[(s+1)%2] and sending kv_[s%2] on.
   void pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& send);
+  // Once step s's receive completed: the bf16 block widened into kv_[(s+1)%2] (bf16_wire only).
+  void received_kv(int s, int64_t kv_n);
 
   Communicator& ring_;
   RingOptions options_;
@@ -107,6 +113,7 @@ class RingAttention : public AttentionOp {
   // (two being sent, one being received), a block's out and lse, a slice of the saved lse, and dq of
   // an in-place backward.
   FloatBuffer kv_[2], dkv_[2], dkv_in_, blk_out_, blk_lse_, lse_rows_, dq_;
+  std::vector<bf16> kv_send_, kv_recv_;  // bf16_wire: the block being sent and the one arriving
 };
 
 }  // namespace odyssey

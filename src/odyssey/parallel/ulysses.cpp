@@ -6,6 +6,7 @@
 
 #include "odyssey/core/error.h"
 #include "odyssey/kernels/attention.h"
+#include "odyssey/kernels/bf16_convert.h"
 #include "odyssey/kernels/elementwise.h"
 #include "odyssey/model/fused_qkv.h"
 #include "odyssey/model/row_chunks.h"
@@ -52,10 +53,20 @@ UlyssesHeads::UlyssesHeads(int H_, int Hkv_, int U_) : H(H_), Hkv(Hkv_), U(U_) {
       U, Hkv, U, U);
 }
 
-UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAttention* inner, int deal_chunk)
-    : comm_(ulysses), n_kv_head_(n_kv_head), inner_(inner), deal_chunk_(deal_chunk) {
+UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAttention* inner, int deal_chunk,
+                                   bool bf16_wire)
+    : comm_(ulysses), n_kv_head_(n_kv_head), inner_(inner), deal_chunk_(deal_chunk), bf16_wire_(bf16_wire) {
   ODY_CHECK(n_kv_head >= 0, "Ulysses attention: n_kv_head {} is negative", n_kv_head);
   ODY_CHECK(deal_chunk >= 0, "Ulysses attention: deal_chunk {} is negative", deal_chunk);
+}
+
+void UlyssesAttention::exchange(const float* send, float* recv, size_t count) {
+  if (!bf16_wire_) return comm_.all_to_all(send, recv, count, DType::f32);
+  const size_t n = count * size_t(comm_.size());
+  std::vector<bf16> s(n), r(n);
+  convert_to_bf16(send, s.data(), n);
+  comm_.all_to_all(s.data(), r.data(), count, DType::bf16);
+  convert_to_float(r.data(), recv, n);
 }
 
 size_t UlyssesAttention::bytes() const {
@@ -117,7 +128,7 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
         copy(dst + int64_t(Hl + Hkvl) * D, row + in.v_offset() + int64_t(heads.first_kv_head(j)) * D,
              int64_t(Hkvl) * D);
       }
-  comm_.all_to_all(send_.data(), recv_.data(), size_t(qkv_block), DType::f32);
+  exchange(send_.data(), recv_.data(), size_t(qkv_block));
 
   // What an earlier forward of this layer saved is reused (its backward is done).
   if (!dynamic_cast<Saved*>(saved.get())) saved = std::make_unique<Saved>();
@@ -138,7 +149,7 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
 
   // Rank i's tokens of my heads go back to rank i; block j of what comes back is rank j's heads.
   full_to_blocks(send_.data(), sv.out.data(), U, B, T, out_w);
-  comm_.all_to_all(send_.data(), recv_.data(), size_t(out_block), DType::f32);
+  exchange(send_.data(), recv_.data(), size_t(out_block));
 #pragma omp parallel for collapse(3) schedule(static)
   for (int j = 0; j < U; ++j)
     for (int b = 0; b < B; ++b)
@@ -173,7 +184,7 @@ void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*o
       for (int t = 0; t < T; ++t)
         copy(send_.data() + j * out_block + (int64_t(b) * T + t) * out_w,
              dout + (int64_t(b) * T + t) * H * D + int64_t(heads.first_head(j)) * D, out_w);
-  comm_.all_to_all(send_.data(), recv_.data(), size_t(out_block), DType::f32);
+  exchange(send_.data(), recv_.data(), size_t(out_block));
   blocks_to_full(dout_h_.data(), recv_.data(), U, B, T, out_w);
 
   std::memset(dqkv_h_.data(), 0, size_t(U * qkv_block) * sizeof(float));
@@ -192,7 +203,7 @@ void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*o
 
   // dq|dk|dv: head-sharded -> sequence-sharded, in one all-to-all.
   full_to_blocks(send_.data(), dqkv_h_.data(), U, B, T, W);
-  comm_.all_to_all(send_.data(), recv_.data(), size_t(qkv_block), DType::f32);
+  exchange(send_.data(), recv_.data(), size_t(qkv_block));
   // Ranks in order within each row, so replicated KV heads are summed in a fixed order.
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
@@ -251,7 +262,7 @@ void UlyssesAttention::store_kv(MutKvRows kv, const float* qkv, int r, int n, in
         copy(dst, row + in.k_offset() + int64_t(heads.first_kv_head(q)) * D, w);
         copy(dst + w, row + in.v_offset() + int64_t(heads.first_kv_head(q)) * D, w);
       }
-    comm_.all_to_all(send_.data(), recv_.data(), size_t(block), DType::f32);
+    exchange(send_.data(), recv_.data(), size_t(block));
     // Block q holds rank q's m tokens: global rows U t0 + q m + [0, m) of sequence b.
     const int64_t first = int64_t(b) * U * T + int64_t(U) * t0;
 #pragma omp parallel for schedule(static)
@@ -281,7 +292,7 @@ void UlyssesAttention::forward_chunk(float* out, float* lse, const float* qkv, K
       for (int t = 0; t < m; ++t)
         copy(send_.data() + q * block + int64_t(t) * hw,
              qkv + (int64_t(i) + t) * in.width() + int64_t(heads.first_head(q)) * D, hw);
-    comm_.all_to_all(send_.data(), recv_.data(), size_t(block), DType::f32);
+    exchange(send_.data(), recv_.data(), size_t(block));
     // The segment's U m queries of my heads, in order, against the prefix of its sequence.
     const int64_t k0 = int64_t(b) * U * T * s;
     const int q0 = U * t0, mq = U * m;
@@ -289,7 +300,7 @@ void UlyssesAttention::forward_chunk(float* out, float* lse, const float* qkv, K
                       {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D}, {MaskKind::causal, q0, 0},
                       1.0f / std::sqrt(float(D)));
     // Rows [q m, (q + 1) m) of the segment are rank q's tokens: out goes back as it lies.
-    comm_.all_to_all(dout_h_.data(), recv_.data(), size_t(block), DType::f32);
+    exchange(dout_h_.data(), recv_.data(), size_t(block));
 #pragma omp parallel for collapse(2) schedule(static)
     for (int q = 0; q < U; ++q)
       for (int t = 0; t < m; ++t)
@@ -322,7 +333,7 @@ void UlyssesAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* d
         copy(dst + hw, out + row * H * D + h0, hw);
         copy(dst + 2 * hw, dout + row * H * D + h0, hw);
       }
-    comm_.all_to_all(send_.data(), recv_.data(), size_t(in_block), DType::f32);
+    exchange(send_.data(), recv_.data(), size_t(in_block));
     const int64_t first = int64_t(b) * U * T, k0 = first * s, dk0 = first * ds;
     const int q0 = U * t0, mq = U * m;
     float* dq = dout_h_.data();
@@ -341,7 +352,7 @@ void UlyssesAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* d
       copy(dst + hw, dkv.k + (first + q0 + e) * ds, kw);
       copy(dst + hw + kw, dkv.v + (first + q0 + e) * ds, kw);
     }
-    comm_.all_to_all(send_.data(), recv_.data(), size_t(back_block), DType::f32);
+    exchange(send_.data(), recv_.data(), size_t(back_block));
     // Ranks in order within each row, so replicated KV heads are summed in a fixed order.
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < m; ++t)

@@ -74,8 +74,11 @@ class UlyssesAttention : public AttentionOp {
   // ring attention over the head-sharded tensors (the hybrid), or null. deal_chunk: the tokens per
   // chunk the ranks' tokens are dealt by (sequence_shard.h; 0: contiguous): query chunks must be its
   // chunks (checked: other chunks would attend the wrong tokens).
+  // bf16_wire (train.precision = bf16): every all-to-all moves bf16 (q, k, v, the output and their
+  // gradients, which the policy stores in bf16: lossless for the rounded q, k, v and d(output); the
+  // output and d(qkv) are rounded on the wire rather than after it, the same values): half the bytes.
   UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr,
-                   int deal_chunk = 0);
+                   int deal_chunk = 0, bool bf16_wire = false);
 
   void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                AttentionSavedPtr& saved) override;
@@ -106,10 +109,14 @@ class UlyssesAttention : public AttentionOp {
   // Fails unless rows [r, r + n) of sequences of T are one of the chunks the tokens were dealt by.
   void check_dealt(int r, int n, int T) const;
 
+  // The all-to-all of count floats per rank (in bf16 under bf16_wire).
+  void exchange(const float* send, float* recv, size_t count);
+
   Communicator& comm_;
   int n_kv_head_;
   RingAttention* inner_;
   int deal_chunk_;
+  bool bf16_wire_;
   FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
 };
 

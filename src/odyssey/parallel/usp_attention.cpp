@@ -11,11 +11,12 @@ SequenceParallelAttention::SequenceParallelAttention(Communicator& ulysses, Comm
   // The ring runs whenever Ulysses does not cover the whole group (with one rank: local attention).
   if (sizes_.has_ring())
     ring_ = std::make_unique<RingAttention>(
-        ring, RingOptions{options.layout, options.overlap, options.progress_rows}, options.n_kv_head);
+        ring, RingOptions{options.layout, options.overlap, options.progress_rows, options.bf16_wire},
+        options.n_kv_head);
   if (sizes_.has_ulysses()) {
     // Inside the hybrid the ring sees the head-sharded kv heads; it reads their count from its dims.
     ulysses_ = std::make_unique<UlyssesAttention>(ulysses, options.n_kv_head, ring_.get(),
-                                                  ring_ ? 0 : options.chunk_tokens);
+                                                  ring_ ? 0 : options.chunk_tokens, options.bf16_wire);
     op_ = ulysses_.get();
   } else {
     op_ = ring_.get();

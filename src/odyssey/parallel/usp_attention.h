@@ -35,6 +35,8 @@ struct SpAttentionOptions {
   // pieces), which must be the layers' query chunks (memory.chunk_tokens; 0 under TP-SP, whose
   // attention runs whole). The op refuses query chunks of any other geometry.
   int chunk_tokens = 0;
+  bool bf16_wire =
+      false;  // train.precision = bf16: Ulysses and the ring move bf16 (ulysses.h, ring_attention.h)
 };
 
 // The sizes of the op a layout of U Ulysses and R ring ranks installs, without its communicators (the

@@ -7,6 +7,8 @@
 #include "odyssey/comm/p2p_tags.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/kernels/bf16_convert.h"
+#include "odyssey/kernels/bf16_round.h"
 #include "odyssey/optim/grad_clip.h"
 #include "odyssey/parallel/sdp4bit.h"
 
@@ -74,8 +76,12 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
     dp_async_ = std::make_unique<ThreadedCommunicator>(*thread_, *dp_own_);
     if (intra_own_) intra_async_ = std::make_unique<ThreadedCommunicator>(*thread_, *intra_own_);
   }
+  ODY_CHECK(!opt_.bf16 || !comm.quantized(),
+            "train.precision = bf16 does not run with compressed communication (comm.weights, comm.grads, "
+            "comm.hpz) yet");
   if ((opt_.stage == 1 || opt_.stage == 2) && comm.weights != WeightComm::none)
     master_.resize(size_t(part_->local_total()));
+  if (opt_.stage <= 2 && opt_.bf16) master_.resize(size_t(part_->local_total()));
   if (comm.hpz) secondary_.resize(size_t(table.num_units()));
   params_.resize(size_t(opt_.stage == 3 ? part_->local_total() : part_->padded_total()));
   state_.resize(optimizer.state_names().size());
@@ -149,6 +155,13 @@ void ZeroEngine::gather_start(int unit, bool forward) {
   if (opt_.comm.weights != WeightComm::none) {
     const RoundingKey key{opt_.comm.seed, grad_round_, uint32_t(dp_.rank()), uint32_t(s), 0};
     g.quantized.start(comm, weight_format_, shard, count, key);
+  } else if (opt_.bf16) {
+    // The master shard rounded, gathered as bf16 and widened in acquire (the bf16 model copy of the unit).
+    g.send.resize(count);
+    g.recv.resize(g.buf.size());
+    track(int64_t((g.send.size() + g.recv.size()) * sizeof(bf16)));
+    convert_to_bf16(shard, g.send.data(), count);
+    g.request = comm.all_gather_async(g.send.data(), g.recv.data(), count, DType::bf16);
   } else {
     g.request = comm.all_gather_async(shard, g.buf.data(), count, DType::f32);
   }
@@ -174,6 +187,11 @@ void ZeroEngine::acquire(int unit) {
   }
   if (g.quantized.active()) g.quantized.finish(g.buf.data());
   add_blocked(waited.seconds(), false);
+  if (g.recv.size()) {
+    convert_to_float(g.recv.data(), g.buf.data(), g.recv.size());
+    track(-int64_t((g.send.size() + g.recv.size()) * sizeof(bf16)));
+    g.send = {}, g.recv = {};
+  }
   if (opt_.comm.hpz && g.forward && !secondary_[size_t(unit)].size()) {
     // Keep my 1/D of the forward-gathered unit until the next optimizer step.
     const size_t part = g.buf.size() / size_t(intra_->size());
@@ -190,7 +208,8 @@ void ZeroEngine::release(int unit) {
   g.request.reset();
   if (g.quantized.active()) g.quantized.finish(g.buf.data());
   add_blocked(waited.seconds(), false);
-  track(-int64_t(g.buf.bytes()));
+  track(-int64_t(g.buf.bytes() + (g.send.size() + g.recv.size()) * sizeof(bf16)));
+  g.send = {}, g.recv = {};
   g.buf.resize(0);
 }
 
@@ -253,6 +272,7 @@ void ZeroEngine::load(const float* params, std::span<const float* const> state, 
   else
     part_->dense_to_padded(weights ? weights : params, params_.data());
   if (master_.size()) part_->dense_to_local(params, master_.data());
+  if (opt_.bf16 && opt_.stage <= 2) round_bf16_rows(params_.data(), 1, int64_t(params_.size()));
   for (FloatBuffer& sec : secondary_) sec.resize(0);
   // Stage 0's partition is one rank, where local is the whole buffer.
   for (size_t k = 0; k < state_.size(); ++k) {
@@ -302,7 +322,9 @@ void ZeroEngine::gather_params_to_root(float* params) {
   };
   if (opt_.stage == 3)
     collect(params_.data(), params, p2p_tag::zero_gather_params);
-  else if (master_.size())
+  else if (opt_.stage == 0 && master_.size()) {
+    if (dp_.rank() == 0) part_->local_to_dense(master_.data(), params, 0);  // every rank holds it all
+  } else if (master_.size())
     collect(master_.data(), params,
             p2p_tag::zero_gather_params);  // the master, not the (quantized) model copy
   else if (dp_.rank() == 0)
@@ -386,7 +408,9 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   const Snapshot before = snapshot();
   const int r = dp_.rank();
   const std::vector<Partition::Segment>& segs = part_->segments();
-  if (opt_.comm.weights == WeightComm::none) {
+  if (opt_.bf16) {
+    gather_bf16_weights_after_step();
+  } else if (opt_.comm.weights == WeightComm::none) {
     // Every rank's updated slices back into the full parameters, in place.
     std::vector<RequestPtr> requests;
     for (const Partition::Segment& seg : segs) {
@@ -452,7 +476,26 @@ void ZeroEngine::step(float lr, int64_t step, float grad_scale) {
     optimizer_.update(p, grads + s.local_begin, state.data(), size_t(s.size), lr, step, grad_scale,
                       tensors[size_t(s.tensor)].weight_decay);
   }
+  if (opt_.bf16 && opt_.stage == 0) round_replica();
   if (opt_.stage == 1 || opt_.stage == 2) gather_weights_after_step(step);
+}
+
+void ZeroEngine::round_replica() {
+  for (const Partition::LocalSlice& s : part_->local_slices())
+    copy_round_bf16(params_.data() + s.padded_begin, master_.data() + s.local_begin, size_t(s.size));
+}
+
+// Each segment's master shard rounded to bf16, all-gathered as bf16 and widened into the model copy.
+void ZeroEngine::gather_bf16_weights_after_step() {
+  const std::vector<Partition::Segment>& segs = part_->segments();
+  std::vector<bf16> send(size_t(part_->local_total())), recv(size_t(part_->padded_total()));
+  convert_to_bf16(master_.data(), send.data(), send.size());
+  std::vector<RequestPtr> requests;
+  for (const Partition::Segment& seg : segs)
+    requests.push_back(dp_.all_gather_async(send.data() + seg.local_begin, recv.data() + seg.padded_begin,
+                                            size_t(seg.layout.shard), DType::bf16));
+  for (RequestPtr& q : requests) q->wait();
+  convert_to_float(recv.data(), params_.data(), recv.size());
 }
 
 MemoryReport ZeroEngine::memory() const {

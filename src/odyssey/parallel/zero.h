@@ -39,6 +39,7 @@
 
 #include "odyssey/comm/comm_thread.h"
 #include "odyssey/comm/communicator.h"
+#include "odyssey/core/bf16.h"
 #include "odyssey/model/stage.h"
 #include "odyssey/optim/optimizer.h"
 #include "odyssey/parallel/comm_options.h"
@@ -57,6 +58,10 @@ struct ZeroOptions {
   bool comm_thread = false;  // gathers and gradient reductions on a communication thread (needs
                              // MPI_THREAD_MULTIPLE; comm.overlap_thread)
   CommOptions comm;          // compressed collectives (default: none)
+  // train.precision = bf16 (mixed-precision.md §6, §7): the model computes with a bf16 copy of the fp32
+  // master weights, rounded (RNE) after every step; every weight gather carries bf16 (ZeRO 1-2 after the
+  // step, ZeRO-3 per unit: half the bytes), gradients stay fp32 and are reduced in fp32.
+  bool bf16 = false;
 };
 
 // Bus bytes of the last optimizer step (its micro-steps and the update), per rank, by purpose and
@@ -153,8 +158,12 @@ class ZeroEngine : public LayerHooks {
   // local shard. Under comm.weights these differ from the master weights by one step's quantization.
   std::span<const float> model_weights() const { return {params_.data(), params_.size()}; }
   // Stages 1-2 with comm.weights: the replica (model_weights(), padded layout) is not the master and
-  // is checkpointed separately for exact resume.
-  bool has_weight_replica() const { return master_.size() > 0; }
+  // is checkpointed separately for exact resume. The bf16 copy is not: it is the master rounded (RNE),
+  // rebuilt exactly on load.
+  bool has_weight_replica() const { return master_.size() > 0 && !opt_.bf16; }
+  bool bf16_model_copy() const { return opt_.bf16; }
+  // The fp32 master held beside the model copy (stages 1-2 with comm.weights or bf16, stage 0 bf16).
+  uint64_t master_bytes() const { return master_.bytes(); }
   // What determines the replica's quantization (dp, stage, sharding, weight format): a replica saved
   // under another fingerprint is not restored (the master rebuilds it).
   nlohmann::json replica_layout() const;
@@ -168,8 +177,9 @@ class ZeroEngine : public LayerHooks {
   struct Gathered {
     FloatBuffer buf;  // the unit's padded segment
     RequestPtr request;
-    QuantizedGather quantized;  // qwZ: in flight instead of request
-    bool forward = false;       // hpZ: a full-group gather whose result seeds the secondary shard
+    QuantizedGather quantized;     // qwZ: in flight instead of request
+    std::vector<bf16> send, recv;  // bf16: the shard rounded, the unit as gathered (widened into buf)
+    bool forward = false;          // hpZ: a full-group gather whose result seeds the secondary shard
   };
   struct Snapshot {
     uint64_t gather[2], reduce[2];  // [inter, intra]
@@ -182,6 +192,8 @@ class ZeroEngine : public LayerHooks {
   RequestPtr reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
   Communicator& gathers(bool secondary);  // where a unit gather runs (on the thread when there is one)
   void add_blocked(double seconds, bool collective);
+  void gather_bf16_weights_after_step();
+  void round_replica();  // stage 0 bf16: the model copy from the master
   Snapshot snapshot() const;
   void add_traffic(const Snapshot& before, bool gathers_are_weights);
   void acquire(int unit);
@@ -214,8 +226,8 @@ class ZeroEngine : public LayerHooks {
   // Compressed communication.
   std::unique_ptr<Communicator> intra_, inter_;  // the dp ranks on my node; those with my local index
   bool two_level_grads_ = false;                 // CommOptions::two_level_grads on this layout
-  FloatBuffer master_;                           // stages 1-2 with comm.weights: the fp32 master shard
-  std::vector<FloatBuffer> secondary_;           // hpZ: per unit, my 1/D of it
+  FloatBuffer master_;  // the fp32 master: stages 1-2 with comm.weights or bf16 (shard), stage 0 bf16 (whole)
+  std::vector<FloatBuffer> secondary_;  // hpZ: per unit, my 1/D of it
   WireFormat weight_format_, grad_intra_format_, grad_inter_format_;
   uint32_t grad_round_ = 0, micro_ = 0;  // grad_round_: the optimizer step being computed (1-based)
   CommTraffic traffic_;

@@ -34,6 +34,8 @@ StateBytes engine_state_bytes(const ParamTable& table, const ZeroOptions& option
   StateBytes s;
   s.params = f32 * (stage == 3 ? local : padded);
   if ((stage == 1 || stage == 2) && options.comm.weights != WeightComm::none) s.params += f32 * local;
+  // bf16: the fp32 master beside the model copy (the copy held as fp32 values today, model/bf16_linears.h).
+  if (stage <= 2 && options.bf16) s.params += f32 * local;
   // (hpZ's secondary shards live from a forward to the next update: none between steps.)
   s.grads = (stage >= 2 ? 0 : f32 * padded) + (sharded ? f32 * local : 0);
   s.optimizer = f32 * local * uint64_t(optimizer_states);
@@ -49,6 +51,7 @@ ZeroOptions zero_options(const RunConfig& config) {
   zo.comm.hpz = config.comm.hpz;
   zo.comm.grad_pipeline = config.comm.grad_pipeline;
   zo.comm.seed = config.train.seed;
+  zo.bf16 = config.train.precision == Precision::bf16;
   return zo;
 }
 

@@ -102,11 +102,16 @@ Layout::Layout(const RunConfig& c, Communicator& w)
         kv_group_color(c.model.kv_heads(), tp.size(), tp.rank(), grid.members(GridGroup::tp)[0]);
     kv_group = w.split(color, w.rank(), "tp_kv", grid.num_nodes() == 1);
   }
+  // bf16: the stages' linears (local or tensor-parallel) under the bf16 policy (model/bf16_linears.h).
+  if (c.train.precision == Precision::bf16)
+    bf16_linears = std::make_unique<Bf16Linears>(tp_linears ? *tp_linears : local_linears());
   for (int chunk = 0; chunk < shape.v; ++chunk) {
     const auto [begin, end] = ranges[size_t(chunk * shape.P + grid.coords().pp)];
     stages.push_back(arch.make_stage(c.model, StageRange{begin, end}, false, TpPiece{tp.size(), tp.rank()}));
+    if (bf16_linears)
+      stages.back()->set_tensor_parallel(bf16_linears.get(), tp_vocab ? tp_vocab.get() : &local_vocab());
     if (tp.size() > 1) {
-      stages.back()->set_tensor_parallel(tp_linears.get(), tp_vocab.get());
+      if (!bf16_linears) stages.back()->set_tensor_parallel(tp_linears.get(), tp_vocab.get());
       step.tp.push_back(TpGradients::plan(stages.back()->table(), tp, kv_group.get(), c.parallel.tp_sp));
     }
   }
@@ -128,6 +133,7 @@ Layout::Layout(const RunConfig& c, Communicator& w)
     // Query-chunked Ulysses deals the ranks' tokens by chunk; TP-SP runs the attention whole
     // (model/query_chunks.h).
     so.chunk_tokens = tp.size() > 1 && c.parallel.tp_sp ? 0 : c.memory.chunk_tokens;
+    so.bf16_wire = c.train.precision == Precision::bf16;
     sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
     for (auto& stage : stages) stage->set_attention(sp_attention.get());
     shard = sp_attention->shard();

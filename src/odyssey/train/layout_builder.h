@@ -18,6 +18,7 @@
 #include "odyssey/comm/comm_thread.h"
 #include "odyssey/comm/grid.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/model/bf16_linears.h"
 #include "odyssey/optim/adamw.h"
 #include "odyssey/parallel/pipeline.h"
 #include "odyssey/parallel/sequence_shard.h"
@@ -68,6 +69,8 @@ struct Layout {
   std::unique_ptr<TensorParallelLinears> tp_linears;
   std::unique_ptr<VocabParallelOps> tp_vocab;
   std::unique_ptr<Communicator> kv_group;
+  // train.precision = bf16: the stages' linears (the local or tensor-parallel ones) under the bf16 policy.
+  std::unique_ptr<Bf16Linears> bf16_linears;
   // The pipeline over the stages (one stage when pp = 1) and the tied embedding's holders.
   PipelineShape shape;
   std::unique_ptr<PipelineRunner> runner;

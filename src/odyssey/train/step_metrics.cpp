@@ -123,6 +123,7 @@ nlohmann::json step_record(const StepFigures& f) {
     record["pp_wait_ms"] = f.pipeline["wait_ms"];  // the spec's name (§9), per pp rank
   }
   if (f.val_loss) record["val_loss"] = *f.val_loss;
+  if (!f.precision.is_null()) record["precision"] = f.precision;
   return record;
 }
 

@@ -37,6 +37,7 @@ struct StepFigures {
   std::optional<ExposedComm> dp_comm;   // the ZeRO engines' collectives (dp > 1), rank 0's
   std::optional<OffloadStats> offload;  // the step's disk-tier traffic (memory.tier = disk)
   std::optional<double> val_loss;       // when validation ran this step
+  nlohmann::json precision;             // train.precision = bf16: the state's bytes by dtype (null: fp32)
 
   double tokens_per_s() const { return step_tokens / (ms / 1e3); }
 };

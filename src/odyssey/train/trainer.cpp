@@ -15,6 +15,8 @@
 #include "odyssey/core/host_memory.h"
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
+#include "odyssey/kernels/bf16_convert.h"
+#include "odyssey/kernels/gemm.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/train/batch_loader.h"
 #include "odyssey/train/evaluate.h"
@@ -96,6 +98,13 @@ void log_start(Layout& layout, const std::string& auto_note, double peak_gflops,
       "{} threads per rank; MFU against a peak of {:.1f} GFLOP/s: {}",
       tc.global_batch, config.seq_len(), shape.m, tc.micro_batch, layout.grid.dp().size(),
       omp_get_max_threads(), peak_gflops, peak_note);
+  if (tc.precision == Precision::bf16)
+    log_info(
+        "precision: bf16 (fp32 master weights, moments and gradients; a bf16 model copy, GEMM operands and "
+        "stored activations rounded to bf16 and held as fp32 values: fp32 storage and compute, the bf16 "
+        "emulation of mixed-precision.md §9); oneDNN bf16 matmul on this CPU: {}; fp32->bf16 conversion: {}",
+        gemm_bf16_native() ? "native (not used yet)" : "none (the fallback: bf16 storage, fp32 compute)",
+        bf16_convert_path().name);
   const Partition& part = layout.engines.front()->partition();
   log_info(
       "ZeRO stage {}: {} sharded segments (gradient buckets; units for stage 3), {} padded parameters over "
@@ -188,6 +197,17 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
   f.traffic = engines_traffic(layout);
   for (const auto& stage : layout.stages) f.params += stage->table().total();
   f.memory = live_memory(layout);
+  if (config.train.precision == Precision::bf16) {
+    // Bytes per dtype of this rank's state: the bf16 model copy is held as fp32 values (docs/precision.md).
+    uint64_t master = 0;
+    for (const auto& engine : layout.engines) master += engine->master_bytes();
+    f.precision = {{"policy", "bf16"},
+                   {"f32_master_bytes", master},
+                   {"bf16_model_copy_bytes_held_as_f32", f.memory.params - master},
+                   {"f32_grad_bytes", f.memory.grads},
+                   {"f32_optimizer_bytes", f.memory.optimizer},
+                   {"wire", {{"weight_gathers", "bf16"}, {"sp_activations", "bf16"}, {"grads", "f32"}}}};
+  }
   std::tie(f.peak_rss, f.peak_rss_max) = peak_rss(world);
   f.inter_node_sent = wire.all_ranks(world);
   if (layout.shape.P > 1) f.pipeline = pipeline_metrics(layout, f.result, f.ms);
