@@ -168,5 +168,8 @@ bad "zb1 with virtual stages" "parallel.pp_virtual = 2 needs parallel.pp_schedul
 for zero in 2 3; do
   bad "zb1 with ZeRO-$zero" "parallel.pp_schedule = zb1 needs parallel.zero_stage 0 or 1, got $zero" 4 \
     --set parallel.pp=2 --set parallel.dp=2 --set parallel.pp_schedule=zb1 --set parallel.zero_stage=$zero
+  # GPipe runs every loss (the head's gradients) before the first backward that ZeRO 2-3 reduce after.
+  bad "gpipe with ZeRO-$zero" "parallel.pp_schedule = gpipe needs parallel.zero_stage 0 or 1, got $zero" 4 \
+    --set parallel.pp=2 --set parallel.dp=2 --set parallel.pp_schedule=gpipe --set parallel.zero_stage=$zero
 done
 finish

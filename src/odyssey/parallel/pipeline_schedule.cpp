@@ -118,6 +118,14 @@ void check_schedule_zero_stage(PipelineSchedule schedule, int zero_stage) {
             "parallel.pp_schedule = zb1 needs parallel.zero_stage 0 or 1, got {} (ZeRO 2-3 reduce each "
             "micro-batch's gradients when its backward ends; zb1 defers the weight gradients)",
             zero_stage);
+  // GPipe's last stage runs every micro-batch's loss (the head's weight gradient and the final norm's) in
+  // its forward phase, before any backward; ZeRO 2-3 reduce and free a unit's gradients as each
+  // micro-batch's backward ends, so the later losses' gradients would land in freed buckets.
+  ODY_CHECK(schedule != PipelineSchedule::gpipe || zero_stage <= 1,
+            "parallel.pp_schedule = gpipe needs parallel.zero_stage 0 or 1, got {} (GPipe computes every "
+            "micro-batch's loss before the first backward; ZeRO 2-3 reduce each micro-batch's gradients "
+            "when its backward ends): use 1f1b or interleaved with ZeRO 2-3",
+            zero_stage);
 }
 
 ScheduleSimulation validate_schedule(const std::vector<Table>& tables, const PipelineShape& s, double t_f,

@@ -54,7 +54,8 @@ std::string to_string(const PipeAction& a);  // "F(3,1)", "I(3,1)", "W(3,1)"
 std::vector<std::vector<PipeAction>> build_schedule(PipelineSchedule schedule, const PipelineShape& shape);
 
 // zb1 runs the weight gradients after the backward that ZeRO 2-3 end each micro-batch's gradients
-// with (their reduce-scatter): only ZeRO 0-1 compose with it; refused naming both keys otherwise.
+// with (their reduce-scatter), GPipe every loss before the first backward: only ZeRO 0-1 compose with
+// them; refused naming both keys otherwise.
 void check_schedule_zero_stage(PipelineSchedule schedule, int zero_stage);
 
 struct ScheduleSimulation {

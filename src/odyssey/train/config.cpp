@@ -259,8 +259,9 @@ const std::map<std::string, Key>& keys() {
       ODY_ENUM_KEY("parallel.domino_split", parallel.domino_split, kDominoSplitNames,
                    "Domino's halves: `rows` (micro_batch even) or `tokens` (micro_batch 1)"),
       ODY_KEY("parallel.pp", int, parallel.pp, "pipeline-parallel degree"),
-      ODY_ENUM_KEY("parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames,
-                   "pipeline schedule (`interleaved` needs pp_virtual >= 2; `zb1` ZeRO 0-1 only)"),
+      ODY_ENUM_KEY(
+          "parallel.pp_schedule", parallel.pp_schedule, kPipelineScheduleNames,
+          "pipeline schedule (`interleaved` needs pp_virtual >= 2; `zb1` and `gpipe` ZeRO 0-1 only)"),
       ODY_KEY("parallel.pp_virtual", int, parallel.pp_virtual, "pipeline stages per pp rank"),
       {"parallel.pp_layers",
        documented(make_int_list_key([](auto& c) -> auto& { return c.parallel.pp_layers; }),
