@@ -73,21 +73,10 @@ RequestPtr CommThread::start(std::function<RequestPtr()> op) {
   return std::make_unique<JobRequest>(*this, std::move(job));
 }
 
-namespace {
-
-// What a task returns to the polling loop: it ran to completion.
-class DoneRequest : public Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-};
-
-}  // namespace
-
 RequestPtr CommThread::run(std::function<void()> task) {
   return start([task = std::move(task)]() -> RequestPtr {
     task();
-    return std::make_unique<DoneRequest>();
+    return std::make_unique<CompletedRequest>();
   });
 }
 

@@ -55,13 +55,6 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
   if (bytes && dst != src) std::memmove(dst, src, bytes);
 }
 
-// Work done at the call; the request only reports completion.
-class DoneRequest : public Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-};
-
 // A receive posted before its send; the send completes it. On one rank waiting cannot help, so an
 // unmatched wait is an error rather than a hang.
 class SelfRecvRequest : public Request {
@@ -102,7 +95,7 @@ void SingleCommunicator::all_reduce(void*, size_t count, DType dtype, ReduceOp) 
 
 RequestPtr SingleCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
   all_reduce(data, count, dtype, op);
-  return std::make_unique<DoneRequest>();
+  return std::make_unique<CompletedRequest>();
 }
 
 void SingleCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp) {
@@ -113,7 +106,7 @@ void SingleCommunicator::reduce_scatter(const void* send, void* recv, size_t cou
 RequestPtr SingleCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                                     ReduceOp op) {
   reduce_scatter(send, recv, count, dtype, op);
-  return std::make_unique<DoneRequest>();
+  return std::make_unique<CompletedRequest>();
 }
 
 void SingleCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
@@ -123,7 +116,7 @@ void SingleCommunicator::all_gather(const void* send, void* recv, size_t count, 
 
 RequestPtr SingleCommunicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
   all_gather(send, recv, count, dtype);
-  return std::make_unique<DoneRequest>();
+  return std::make_unique<CompletedRequest>();
 }
 
 void SingleCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
@@ -133,7 +126,7 @@ void SingleCommunicator::all_to_all(const void* send, void* recv, size_t count, 
 
 RequestPtr SingleCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
   all_to_all(send, recv, count, dtype);
-  return std::make_unique<DoneRequest>();
+  return std::make_unique<CompletedRequest>();
 }
 
 void SingleCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
@@ -167,7 +160,7 @@ void SingleCommunicator::recv(void* data, size_t count, DType dtype, int source,
 
 RequestPtr SingleCommunicator::send_async(const void* data, size_t count, DType dtype, int dest, int tag) {
   send(data, count, dtype, dest, tag);
-  return std::make_unique<DoneRequest>();
+  return std::make_unique<CompletedRequest>();
 }
 
 RequestPtr SingleCommunicator::recv_async(void* data, size_t count, DType dtype, int source, int tag) {

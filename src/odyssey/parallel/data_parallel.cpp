@@ -5,17 +5,6 @@
 
 namespace odyssey {
 
-namespace {
-
-// A reduction that ran at launch.
-class CompletedRequest : public Request {
- public:
-  void wait() override {}
-  bool test() override { return true; }
-};
-
-}  // namespace
-
 std::vector<std::pair<int, int>> build_buckets(const ParamTable& table, int64_t bucket_bytes) {
   std::vector<std::pair<int, int>> buckets;
   int end = table.num_units();
