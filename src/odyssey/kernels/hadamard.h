@@ -18,9 +18,10 @@ typedef float Vec16 __attribute__((vector_size(64)));
 
 // One butterfly stage of stride h < 16 inside a 16-lane vector: lane j pairs with lane j ^ h.
 // Lanes with bit h clear get x[j] + x[j+h]; lanes with it set get x[j-h] - x[j]. Multiplying by ±1 is
-// exact, so swap + sign * x rounds exactly like the scalar a + b and a - b.
+// exact, so swap + sign * x rounds exactly like the scalar a + b and a - b. In place, by reference: a
+// 64-byte vector passed or returned by value has no fixed ABI without AVX-512 (g++ -Wpsabi on AVX2 hosts).
 template <int h>
-inline Vec16 stage(Vec16 v) {
+inline void stage(Vec16& v) {
   constexpr float p = 1.0f, m = -1.0f;
   Vec16 swapped, sign;
   if constexpr (h == 1) {
@@ -37,7 +38,7 @@ inline Vec16 stage(Vec16 v) {
     swapped = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
     sign = Vec16{p, p, p, p, p, p, p, p, m, m, m, m, m, m, m, m};
   }
-  return swapped + v * sign;
+  v = swapped + v * sign;
 }
 
 }  // namespace hadamard_detail
@@ -48,8 +49,14 @@ inline void hadamard32_block(const float* in, float* out) {
   hadamard_detail::Vec16 lo, hi;
   std::memcpy(&lo, in, sizeof lo);
   std::memcpy(&hi, in + 16, sizeof hi);
-  lo = stage<8>(stage<4>(stage<2>(stage<1>(lo))));
-  hi = stage<8>(stage<4>(stage<2>(stage<1>(hi))));
+  const auto strides_below_16 = [](hadamard_detail::Vec16& v) {
+    stage<1>(v);
+    stage<2>(v);
+    stage<4>(v);
+    stage<8>(v);
+  };
+  strides_below_16(lo);
+  strides_below_16(hi);
   const hadamard_detail::Vec16 sum = lo + hi, diff = lo - hi;  // stride 16: across the two halves
   std::memcpy(out, &sum, sizeof sum);
   std::memcpy(out + 16, &diff, sizeof diff);
