@@ -1,11 +1,14 @@
 // The communication thread (comm/comm_thread.h) over a duplicate of world: collectives started back to
 // back run first in, first out and give exactly what the communicator's own give (rank-coded integers
 // in fp32, so every summation order is exact), waited in any order; a request dropped unwaited still
-// completes; the overlap times add up and reset; the hidden fraction stays in [0, 1].
+// completes; the overlap times add up and reset; the hidden fraction stays in [0, 1]. A
+// ThreadedCommunicator accounts each call when it is made, not when the thread gets to it, once.
 #include <gtest/gtest.h>
 
+#include <future>
 #include <vector>
 
+#include "odyssey/comm/bus_bytes.h"
 #include "odyssey/comm/comm_thread.h"
 #include "odyssey/comm/runtime.h"
 
@@ -50,6 +53,48 @@ TEST(CommThread, RunsCollectivesInOrderWithTheCommunicatorsResults) {
   const OverlapTimes again = thread.take_times();
   EXPECT_EQ(again.comm_seconds, 0.0);
   EXPECT_EQ(again.wait_seconds, 0.0);
+}
+
+// ZeRO's traffic is the accounting's difference over windows of the caller (a micro-step's backward, its
+// forward): a call made in a window must count in it even when the thread starts it after the window.
+// The thread is held busy while calls are made; their bytes and trace records are there at once, in the
+// order made, and counted once when the thread has run them.
+TEST(CommThread, ThreadedCallsAreAccountedWhenMade) {
+  ASSERT_TRUE(runtime_thread_multiple()) << "the runtime asks for MPI_THREAD_MULTIPLE";
+  Communicator& w = world();
+  const int P = w.size(), r = w.rank();
+  std::unique_ptr<Communicator> inner = w.split(0, r, "dup", w.intra_node());
+  CommThread thread;
+  ThreadedCommunicator tc(thread, *inner);
+  CommStats& stats = inner->stats();
+  stats.set_trace(true);
+  stats.reset();
+  std::promise<void> go;
+  RequestPtr busy = thread.run([released = go.get_future().share()] { released.wait(); });
+  constexpr size_t n = 300;
+  std::vector<float> mine(n, float(r + 1)), all(n * size_t(P)), sum(n, float(r + 1));
+  RequestPtr gather = tc.all_gather_async(mine.data(), all.data(), n, DType::f32);
+  RequestPtr reduce = tc.all_reduce_async(sum.data(), n, DType::f32);
+  const uint64_t want_gather = call_bus_bytes(CommKind::all_gather, n, sizeof(float), P);
+  const uint64_t want_reduce = call_bus_bytes(CommKind::all_reduce, n, sizeof(float), P);
+  auto check = [&](const char* when) {
+    EXPECT_EQ(stats.bytes(CommKind::all_gather), want_gather) << when;
+    EXPECT_EQ(stats.bytes(CommKind::all_reduce), want_reduce) << when;
+    const std::vector<CommTraceRecord> trace = stats.trace();
+    ASSERT_EQ(trace.size(), 2u) << when;
+    EXPECT_EQ(trace[0].kind, CommKind::all_gather) << when;
+    EXPECT_EQ(trace[0].count, n) << when;
+    EXPECT_EQ(trace[1].kind, CommKind::all_reduce) << when;
+    EXPECT_EQ(trace[1].bus_bytes, want_reduce) << when;
+  };
+  check("before the thread ran them");
+  go.set_value();
+  busy->wait(), gather->wait(), reduce->wait();
+  check("after");
+  for (int j = 0; j < P; ++j) EXPECT_EQ(all[size_t(j) * n], float(j + 1));
+  EXPECT_EQ(sum[0], float(P * (P + 1) / 2));
+  stats.set_trace(false);
+  stats.reset();
 }
 
 TEST(CommThread, HiddenFraction) {

@@ -28,4 +28,13 @@ inline uint64_t bus_bytes(CommKind kind, uint64_t full_bytes, int P) {
   return 0;
 }
 
+// The bus bytes of one call given in its own convention (comm_stats.h's trace records): count elements of
+// elem_size bytes, one rank's block for all-gather / reduce-scatter / all-to-all, the buffer for
+// all-reduce and broadcast, the message for send (a receive counts nothing: the sender counts it).
+inline uint64_t call_bus_bytes(CommKind kind, uint64_t count, uint64_t elem_size, int P) {
+  const bool blocks =
+      kind == CommKind::all_gather || kind == CommKind::reduce_scatter || kind == CommKind::all_to_all;
+  return bus_bytes(kind, (blocks ? uint64_t(P) : 1) * count * elem_size, P);
+}
+
 }  // namespace odyssey

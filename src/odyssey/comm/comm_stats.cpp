@@ -38,8 +38,21 @@ std::vector<CommTraceRecord> CommStats::trace() const {
   return trace_;
 }
 
+namespace {
+thread_local int muted_on_this_thread = 0;
+}
+
+CommStats::MutedOnThisThread::MutedOnThisThread() {
+  ++muted_on_this_thread;
+}
+
+CommStats::MutedOnThisThread::~MutedOnThisThread() {
+  --muted_on_this_thread;
+}
+
 void CommStats::record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes,
                        double seconds, uint64_t count, DType dtype) {
+  if (muted_on_this_thread) return;
   std::lock_guard lock(mutex_);
   if (tracing_) trace_.push_back({group, kind, intra_node, count, dtype, bus_bytes});
   CommCounter& c = counters_[{kind, intra_node, group}];

@@ -42,6 +42,17 @@ class CommStats {
   void set_trace(bool on);
   std::vector<CommTraceRecord> trace() const;
 
+  // While one is alive, record() on this thread does nothing (add_time still counts). A communication
+  // thread mutes the calls it runs for a ThreadedCommunicator, which recorded them when they were
+  // issued: bytes then fall in the caller's accounting windows, whatever the thread's timing.
+  class MutedOnThisThread {
+   public:
+    MutedOnThisThread();
+    ~MutedOnThisThread();
+    MutedOnThisThread(const MutedOnThisThread&) = delete;
+    MutedOnThisThread& operator=(const MutedOnThisThread&) = delete;
+  };
+
   // group: the name of the communicator the call ran on (the grid's "tp", "dp", ...).
   void record(const std::string& group, CommKind kind, bool intra_node, uint64_t bus_bytes, double seconds,
               uint64_t count = 0, DType dtype = DType::u8);

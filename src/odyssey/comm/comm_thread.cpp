@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 
+#include "odyssey/comm/bus_bytes.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/timer.h"
 
@@ -137,12 +138,26 @@ ThreadedCommunicator::ThreadedCommunicator(CommThread& thread, Communicator& inn
   stats_ = std::shared_ptr<CommStats>(std::shared_ptr<CommStats>{}, &inner.stats());
 }
 
+RequestPtr ThreadedCommunicator::issue(CommKind kind, size_t count, DType dtype,
+                                       std::function<RequestPtr()> op, bool counts_bytes) {
+  // Accounted here, at the call, on the caller's thread; the thread runs it muted. Counted when the
+  // thread got to it instead, its bytes could fall outside the caller's window (ZeRO's per micro-step
+  // traffic) depending on the thread's timing.
+  const uint64_t bytes = counts_bytes ? call_bus_bytes(kind, count, dtype_size(dtype), size()) : 0;
+  stats_->record(name(), kind, intra_node(), bytes, 0.0, count, dtype);
+  return thread_.start([op = std::move(op)] {
+    CommStats::MutedOnThisThread muted;
+    return op();
+  });
+}
+
 void ThreadedCommunicator::all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
   all_reduce_async(data, count, dtype, op)->wait();
 }
 
 RequestPtr ThreadedCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
-  return thread_.start([=, this] { return inner_.all_reduce_async(data, count, dtype, op); });
+  return issue(CommKind::all_reduce, count, dtype,
+               [=, this] { return inner_.all_reduce_async(data, count, dtype, op); });
 }
 
 void ThreadedCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
@@ -152,7 +167,8 @@ void ThreadedCommunicator::reduce_scatter(const void* send, void* recv, size_t c
 
 RequestPtr ThreadedCommunicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype,
                                                       ReduceOp op) {
-  return thread_.start([=, this] { return inner_.reduce_scatter_async(send, recv, count, dtype, op); });
+  return issue(CommKind::reduce_scatter, count, dtype,
+               [=, this] { return inner_.reduce_scatter_async(send, recv, count, dtype, op); });
 }
 
 void ThreadedCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
@@ -160,7 +176,8 @@ void ThreadedCommunicator::all_gather(const void* send, void* recv, size_t count
 }
 
 RequestPtr ThreadedCommunicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
-  return thread_.start([=, this] { return inner_.all_gather_async(send, recv, count, dtype); });
+  return issue(CommKind::all_gather, count, dtype,
+               [=, this] { return inner_.all_gather_async(send, recv, count, dtype); });
 }
 
 void ThreadedCommunicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
@@ -168,7 +185,8 @@ void ThreadedCommunicator::all_to_all(const void* send, void* recv, size_t count
 }
 
 RequestPtr ThreadedCommunicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
-  return thread_.start([=, this] { return inner_.all_to_all_async(send, recv, count, dtype); });
+  return issue(CommKind::all_to_all, count, dtype,
+               [=, this] { return inner_.all_to_all_async(send, recv, count, dtype); });
 }
 
 void ThreadedCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts,
@@ -190,11 +208,16 @@ void ThreadedCommunicator::recv(void* data, size_t count, DType dtype, int sourc
 }
 
 RequestPtr ThreadedCommunicator::send_async(const void* data, size_t count, DType dtype, int dest, int tag) {
-  return thread_.start([=, this] { return inner_.send_async(data, count, dtype, dest, tag); });
+  return issue(CommKind::send_recv, count, dtype,
+               [=, this] { return inner_.send_async(data, count, dtype, dest, tag); });
 }
 
 RequestPtr ThreadedCommunicator::recv_async(void* data, size_t count, DType dtype, int source, int tag) {
-  return thread_.start([=, this] { return inner_.recv_async(data, count, dtype, source, tag); });
+  // The sender counts the message (as every backend does).
+  return issue(
+      CommKind::send_recv, count, dtype,
+      [=, this] { return inner_.recv_async(data, count, dtype, source, tag); },
+      /*counts_bytes=*/false);
 }
 
 void ThreadedCommunicator::broadcast(void* data, size_t count, DType dtype, int root) {

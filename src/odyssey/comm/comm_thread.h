@@ -121,6 +121,10 @@ class ThreadedCommunicator : public Communicator {
   uint64_t transient_bytes() const override { return inner_.transient_bytes(); }
 
  private:
+  // Records the call in the accounting now and starts op on the thread.
+  RequestPtr issue(CommKind kind, size_t count, DType dtype, std::function<RequestPtr()> op,
+                   bool counts_bytes = true);
+
   CommThread& thread_;
   Communicator& inner_;
 };

@@ -158,8 +158,8 @@ MpiCommunicator::~MpiCommunicator() {
 
 RequestPtr MpiCommunicator::all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) {
   const size_t es = dtype_size(dtype);
-  stats_->record(name_, CommKind::all_reduce, intra_node_, bus_bytes(CommKind::all_reduce, count * es, size_),
-                 0.0, count, dtype);
+  stats_->record(name_, CommKind::all_reduce, intra_node_,
+                 call_bus_bytes(CommKind::all_reduce, count, es, size_), 0.0, count, dtype);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_reduce, intra_node_);
   const size_t piece = reduction_piece(es);
   for (size_t off = 0; off == 0 || off < count; off += piece) {
@@ -181,7 +181,7 @@ RequestPtr MpiCommunicator::reduce_scatter_async(const void* send, void* recv, s
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = reduction_type(dtype);
   stats_->record(name_, CommKind::reduce_scatter, intra_node_,
-                 bus_bytes(CommKind::reduce_scatter, size_ * count * es, size_), 0.0, count, dtype);
+                 call_bus_bytes(CommKind::reduce_scatter, count, es, size_), 0.0, count, dtype);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::reduce_scatter, intra_node_);
   const size_t piece = std::max<size_t>(1, reduction_piece(es) / size_t(size_));  // elements per block
   if (count <= piece) {
@@ -214,7 +214,7 @@ RequestPtr MpiCommunicator::all_gather_async(const void* send, void* recv, size_
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
   stats_->record(name_, CommKind::all_gather, intra_node_,
-                 bus_bytes(CommKind::all_gather, size_ * count * es, size_), 0.0, count, dtype);
+                 call_bus_bytes(CommKind::all_gather, count, es, size_), 0.0, count, dtype);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_gather, intra_node_);
   char* mine = at(recv, rank_ * count, es);
   const bool in_place = send == mine;
@@ -241,7 +241,7 @@ RequestPtr MpiCommunicator::all_to_all_async(const void* send, void* recv, size_
   const size_t es = dtype_size(dtype);
   const MPI_Datatype type = mpi_type(dtype);
   stats_->record(name_, CommKind::all_to_all, intra_node_,
-                 bus_bytes(CommKind::all_to_all, size_ * count * es, size_), 0.0, count, dtype);
+                 call_bus_bytes(CommKind::all_to_all, count, es, size_), 0.0, count, dtype);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::all_to_all, intra_node_);
   if (count <= max_chunk()) {
     check_mpi(MPI_Ialltoall(send, static_cast<int>(count), type, recv, static_cast<int>(count), type, comm_,
@@ -326,8 +326,8 @@ RequestPtr MpiCommunicator::send_async(const void* data, size_t count, DType dty
             size_ - 1);
   ODY_CHECK(tag >= 0 && tag <= kMaxUserTag, "send on {}: tag {} outside 0..{}", name_, tag, kMaxUserTag);
   const size_t es = dtype_size(dtype);
-  stats_->record(name_, CommKind::send_recv, intra_node_, bus_bytes(CommKind::send_recv, count * es, size_),
-                 0.0, count, dtype);
+  stats_->record(name_, CommKind::send_recv, intra_node_,
+                 call_bus_bytes(CommKind::send_recv, count, es, size_), 0.0, count, dtype);
   auto req = std::make_unique<MpiRequest>(stats_, name_, CommKind::send_recv, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
     check_mpi(MPI_Isend(at(data, off, es), n, mpi_type(dtype), dest, tag, comm_, req->add()), "MPI_Isend");
@@ -360,8 +360,8 @@ void MpiCommunicator::recv(void* data, size_t count, DType dtype, int source, in
 void MpiCommunicator::broadcast(void* data, size_t count, DType dtype, int root) {
   ODY_CHECK(root >= 0 && root < size_, "broadcast on {}: root rank {} outside 0..{}", name_, root, size_ - 1);
   const size_t es = dtype_size(dtype);
-  stats_->record(name_, CommKind::broadcast, intra_node_, bus_bytes(CommKind::broadcast, count * es, size_),
-                 0.0, count, dtype);
+  stats_->record(name_, CommKind::broadcast, intra_node_,
+                 call_bus_bytes(CommKind::broadcast, count, es, size_), 0.0, count, dtype);
   MpiRequest req(stats_, name_, CommKind::broadcast, intra_node_);
   for_chunks(count, [&](size_t off, int n) {
     check_mpi(MPI_Ibcast(at(data, off, es), n, mpi_type(dtype), root, comm_, req.add()), "MPI_Ibcast");
