@@ -214,6 +214,7 @@ void ZeroEngine::release(int unit) {
 }
 
 void ZeroEngine::release_all() {
+  wait_weight_gathers();
   for (int u = 0; u < int(gathered_.size()); ++u) release(u);
 }
 
@@ -231,7 +232,16 @@ void ZeroEngine::prefetch_after(int position) {
 }
 
 void ZeroEngine::before_forward(int unit) {
-  if (opt_.stage < 3) return;
+  if (opt_.stage < 3) {
+    const size_t s = size_t(part_->segment_of_unit(unit));
+    if (s < weight_gathers_.size() && weight_gathers_[s]) {
+      Timer waited;
+      weight_gathers_[s]->wait();
+      weight_gathers_[s].reset();
+      add_blocked(waited.seconds(), false);
+    }
+    return;
+  }
   acquire(unit);
   model_.set_unit_storage(unit, unit_params(unit), grads_->unit_grads(unit));
   prefetch_after(forward_use(unit));
@@ -411,14 +421,20 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   if (opt_.bf16) {
     gather_bf16_weights_after_step();
   } else if (opt_.comm.weights == WeightComm::none) {
-    // Every rank's updated slices back into the full parameters, in place.
+    // Every rank's updated slices back into the full parameters, in place. On the communication thread
+    // they run on while the next step starts: a segment is waited for before the first forward use of
+    // one of its units (before_forward), all of them before anything else reads or writes the replica
+    // (release_all).
     std::vector<RequestPtr> requests;
     for (const Partition::Segment& seg : segs) {
       float* base = params_.data() + seg.padded_begin;
-      requests.push_back(dp_.all_gather_async(base + seg.layout.shard_range(r).begin, base,
-                                              size_t(seg.layout.shard), DType::f32));
+      requests.push_back(gathers(false).all_gather_async(base + seg.layout.shard_range(r).begin, base,
+                                                         size_t(seg.layout.shard), DType::f32));
     }
-    for (RequestPtr& q : requests) q->wait();
+    if (thread_)
+      weight_gathers_ = std::move(requests);
+    else
+      for (RequestPtr& q : requests) q->wait();
   } else {
     for (size_t s = 0; s < segs.size(); ++s) {
       const Partition::Segment& seg = segs[s];
@@ -438,7 +454,13 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   const Snapshot now = snapshot();
   traffic_.weights_inter += now.gather[0] - before.gather[0];
   traffic_.weights_intra += now.gather[1] - before.gather[1];
-  add_blocked(took.seconds(), true);
+  add_blocked(took.seconds(), weight_gathers_.empty());  // deferred: their time is the thread's
+}
+
+void ZeroEngine::wait_weight_gathers() const {
+  for (RequestPtr& q : weight_gathers_)
+    if (q) q->wait();
+  weight_gathers_.clear();
 }
 
 GradNormPart ZeroEngine::grad_norm_part() {

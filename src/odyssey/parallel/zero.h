@@ -143,7 +143,10 @@ class ZeroEngine : public LayerHooks {
   // This rank's fp32 master state, for checkpoints. Parameters are in the local layout under stage 3
   // and under comm.weights (stages 1-2 keep a separate master shard, the replica being quantized),
   // else in the full padded layout; the moments are in the local layout (stage 0: the whole buffer).
-  const float* param_storage() const { return master_.size() ? master_.data() : params_.data(); }
+  const float* param_storage() const {
+    wait_weight_gathers();
+    return master_.size() ? master_.data() : params_.data();
+  }
   bool param_storage_local() const { return opt_.stage == 3 || master_.size() > 0; }
   const Optimizer& optimizer() const { return optimizer_; }
   // Optimizer state k (Optimizer::state_names()[k]), local layout.
@@ -156,7 +159,10 @@ class ZeroEngine : public LayerHooks {
   const CommTraffic& traffic() const { return traffic_; }
   // The weights the model computes with: stages 0-2 the full replica (padded layout), stage 3 the
   // local shard. Under comm.weights these differ from the master weights by one step's quantization.
-  std::span<const float> model_weights() const { return {params_.data(), params_.size()}; }
+  std::span<const float> model_weights() const {
+    wait_weight_gathers();
+    return {params_.data(), params_.size()};
+  }
   // Stages 1-2 with comm.weights: the replica (model_weights(), padded layout) is not the master and
   // is checkpointed separately for exact resume. The bf16 copy is not: it is the master rounded (RNE),
   // rebuilt exactly on load.
@@ -198,7 +204,8 @@ class ZeroEngine : public LayerHooks {
   void add_traffic(const Snapshot& before, bool gathers_are_weights);
   void acquire(int unit);
   void release(int unit);
-  void release_all();
+  void release_all();  // nothing gathered (stage 3) nor in flight (the after-step gathers) remains
+  void wait_weight_gathers() const;
   void track(int64_t delta);
 
   Stage& model_;
@@ -222,6 +229,9 @@ class ZeroEngine : public LayerHooks {
   std::vector<std::vector<int>> forward_uses_;
   std::vector<int> next_forward_, backward_use_;
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  // Stages 1-2 on the communication thread: per segment, its after-step all-gather still in flight
+  // (empty when none is). Mutable: the replica's accessors complete them before handing it out.
+  mutable std::vector<RequestPtr> weight_gathers_;
 
   // Compressed communication.
   std::unique_ptr<Communicator> intra_, inter_;  // the dp ranks on my node; those with my local index
