@@ -152,31 +152,38 @@ PipelineHoldings replay_pipeline(const std::vector<PipeAction>& actions, const P
                                  const std::vector<ChunkSizes>& chunks) {
   PipelineHoldings h;
   h.slots.assign(chunks.size(), 0);
-  std::map<std::pair<int, int>, uint64_t> in_flight, deferred;  // (chunk, mb) -> bytes
-  std::vector<int> held(chunks.size(), 0);
-  auto track = [&] {
-    uint64_t bytes = 0;
-    for (const auto& [key, b] : in_flight) bytes += b;
-    for (const auto& [key, b] : deferred) bytes += b;
-    h.peak = std::max(h.peak, bytes);
+  // (chunk, mb) -> bytes, and their sum kept as they change (summing the maps at every action made a
+  // GPipe replay quadratic in the micro-batches: all m are in flight after the forwards).
+  std::map<std::pair<int, int>, uint64_t> in_flight, deferred;
+  uint64_t bytes = 0;
+  auto hold = [&](std::map<std::pair<int, int>, uint64_t>& held_by, std::pair<int, int> key, uint64_t b) {
+    uint64_t& slot = held_by[key];
+    bytes = bytes - slot + b;
+    slot = b;
   };
+  auto drop = [&](std::map<std::pair<int, int>, uint64_t>& held_by, std::pair<int, int> key) {
+    const auto it = held_by.find(key);
+    if (it != held_by.end()) bytes -= it->second, held_by.erase(it);
+  };
+  std::vector<int> held(chunks.size(), 0);
+  auto track = [&] { h.peak = std::max(h.peak, bytes); };
   for (const PipeAction& a : actions) {
     const int chunk = shape.chunk_of(a.stage);
     const ChunkSizes& cs = chunks[size_t(chunk)];
     const std::pair<int, int> key{chunk, a.mb};
     if (a.kind == PipeAction::forward) {
-      in_flight[key] = cs.memory.activations + (cs.first ? 0 : cs.hidden);
+      hold(in_flight, key, cs.memory.activations + (cs.first ? 0 : cs.hidden));
       h.slots[size_t(chunk)] = std::max(h.slots[size_t(chunk)], ++held[size_t(chunk)]);
       track();
     } else if (a.kind == PipeAction::weight) {
-      deferred.erase(key);
+      drop(deferred, key);
     } else {
       if (a.kind == PipeAction::input) {
-        deferred[key] = cs.deferred;
-        in_flight[key] += cs.last ? 0 : cs.hidden;
+        hold(deferred, key, cs.deferred);
+        hold(in_flight, key, in_flight[key] + (cs.last ? 0 : cs.hidden));
         track();
       }
-      in_flight.erase(key);
+      drop(in_flight, key);
       --held[size_t(chunk)];
     }
   }
@@ -212,7 +219,7 @@ class EngineReplay {
       if (use.forward)
         forward_uses_[size_t(use.unit)].push_back(i);
       else
-        backward_use_[size_t(use.unit)] = i;
+        backward_use_[size_t(use.unit)] = i, first_backward_ = first_backward_ < 0 ? i : first_backward_;
     }
     bucket_.assign(part_.segments().size(), 0);
   }
@@ -221,10 +228,12 @@ class EngineReplay {
   uint64_t gathered_peak() const { return gathered_peak_; }
 
   void zero_grad() { shard_written_ = false; }
-  // F of a micro-batch: the forward uses; a last stage's loss begins the head's backward use.
+  // F of a micro-batch: the forward uses (only ZeRO-3 gathers in them); a last stage's loss begins the
+  // head's backward use.
   void forward(bool with_loss) {
-    for (const UnitUse& use : schedule_)
-      if (use.forward) before_forward(use.unit), after_forward(use.unit);
+    if (stage3_)
+      for (const UnitUse& use : schedule_)
+        if (use.forward) before_forward(use.unit), after_forward(use.unit);
     if (with_loss) before_backward(first_backward().unit);
   }
   // B (or I) of a micro-batch, one micro-step: the backward uses as the stage makes them (the first
@@ -232,6 +241,9 @@ class EngineReplay {
   // after the embedding backward).
   void backward(bool has_head, bool head_in_unit0, bool last) {
     begin_micro_step(last);
+    // ZeRO 0-1 before the step's last micro-step neither gathers nor reduces: no buffer moves (walking
+    // the units anyway made a dry run cost micro-batches x layers).
+    if (!stage3_ && !reduce_now_) return;
     bool first = true;
     for (const UnitUse& use : schedule_) {
       if (use.forward) continue;
@@ -251,9 +263,7 @@ class EngineReplay {
   }
 
  private:
-  const UnitUse& first_backward() const {
-    return *std::find_if(schedule_.begin(), schedule_.end(), [](const UnitUse& u) { return !u.forward; });
-  }
+  const UnitUse& first_backward() const { return schedule_[size_t(first_backward_)]; }
   uint64_t padded_bytes(int segment) const {
     return uint64_t(part_.segments()[size_t(segment)].layout.padded) * dtype_size(DType::f32);
   }
@@ -333,6 +343,7 @@ class EngineReplay {
   std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
   std::vector<std::vector<int>> forward_uses_;
   std::vector<int> next_forward_, backward_use_;
+  int first_backward_ = -1;                          // the schedule's first backward use (a loss begins it)
   std::vector<uint64_t> bucket_;                     // per segment: its pooled bucket's bytes (0: none)
   std::vector<std::pair<int, uint64_t>> in_flight_;  // reductions launched: (segment, scratch bytes)
   bool reduce_now_ = true, shard_written_ = false;
