@@ -39,8 +39,7 @@
 # has not, so by default links are shaped in rate only.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
-BIN=${BIN:-$ROOT/build/odyssey}
+. bench/common.sh
 HOSTS=${HOSTS:-2}
 RATES=${RATES:-"1gbit 100mbit"}
 STEPS=${STEPS:-4}
@@ -48,48 +47,16 @@ DELAY=${DELAY:-}
 LAYOUTS=${LAYOUTS:-"fp32_zero1 fp32_zero3 sdp4bit zeropp"}
 OVERLAP=${OVERLAP:-auto}
 REPS=${REPS:-1}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-set -a
-. "$ROOT/tests/mpi_launch.env"
-set +a
+bench_init multinode
 unset PMIX_MCA_gds  # one host's setting: with daemons on several hosts MPI_Init never returns
-WORK=$(mktemp -d)
 NAME=odybn
 trap 'bash scripts/cluster.sh down --name $NAME; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 bash scripts/cluster.sh check || exit 1
 
-OUT_DIR="$ROOT/bench/results/multinode"
-mkdir -p "$OUT_DIR"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-OUT="$OUT_DIR/$(date -u +%Y%m%d_%H%M)_$COMMIT.jsonl"
-export HOST_JSON=$("$BIN" info) COMMIT DATE
-
-"$BIN" prepare --input "$ROOT"/cache/brown/text/*.txt --output "$WORK/shards" --tokenizer bytes \
-  --val-fraction 0.05 --quiet >/dev/null || { echo "multinode: cannot prepare cache/brown/text (scripts/fetch_brown.sh)" >&2 && exit 1; }
+bench_prepare_bytes || exit 1
 cfg="$WORK/model.toml"
-cat >"$cfg" <<TOML
-[model]
-arch = "gpt2"
-n_layer = 4
-n_head = 4
-d_model = 256
-seq_len = ${SEQ:-64}
-vocab_size = 8192
-[data]
-train = "$WORK/shards/train_*.bin"
-val = "$WORK/shards/val_*.bin"
-[train]
-gemm_gflops = 50
-global_batch = ${BATCH:-4}
-micro_batch = 1
-lr = 1e-3
-warmup_steps = 2
-eval_rows = 16
-threads = 1
-seed = 1337
-TOML
+bench_model_toml "$cfg" "${SEQ:-64}" "${BATCH:-4}" 16
 
 layout_args() {
   case "$1" in

@@ -11,48 +11,15 @@
 # (step, val_loss) curve, the final gap to fp32 in percent, the command, CPU, commit, date and load.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
-BIN=${BIN:-$ROOT/build/odyssey}
+. bench/common.sh
 STEPS=${STEPS:-150}
 EVERY=${EVERY:-25}
 EVAL_ROWS=${EVAL_ROWS:-64}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-set -a
-. "$ROOT/tests/mpi_launch.env"
-set +a
-WORK=$(mktemp -d)
+bench_init val_curve
 trap 'rm -rf "$WORK"' EXIT
-OUT_DIR="$ROOT/bench/results/val_curve"
-mkdir -p "$OUT_DIR"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-OUT="$OUT_DIR/$(date -u +%Y%m%d_%H%M)_$COMMIT.jsonl"
-export HOST_JSON=$("$BIN" info) COMMIT DATE=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-
-"$BIN" prepare --input "$ROOT"/cache/brown/text/*.txt --output "$WORK/shards" --tokenizer bytes \
-  --val-fraction 0.05 --quiet >/dev/null || { echo "val_curve: cannot prepare cache/brown/text" >&2 && exit 1; }
+bench_prepare_bytes || exit 1
 cfg="$WORK/model.toml"
-cat >"$cfg" <<TOML
-[model]
-arch = "gpt2"
-n_layer = 4
-n_head = 4
-d_model = 256
-seq_len = 64
-vocab_size = 8192
-[data]
-train = "$WORK/shards/train_*.bin"
-val = "$WORK/shards/val_*.bin"
-[train]
-gemm_gflops = 50
-global_batch = 4
-micro_batch = 1
-lr = 1e-3
-warmup_steps = 2
-eval_rows = $EVAL_ROWS
-eval_every = $EVERY
-threads = 1
-seed = 1337
-TOML
+bench_model_toml "$cfg" 64 4 "$EVAL_ROWS" "$EVERY"
 
 declare -A ARGS=(
   [fp32_zero1]="--set parallel.zero_stage=1"

@@ -1,5 +1,6 @@
 // Partition::local_dense_ranges: over all ranks, the ranges each rank keeps tile the buffer exactly
 // (no gap, no overlap), for rank counts that divide no segment and for padded shard alignment.
+// intersect_tensors (which bisects the table) gives what a walk over every tensor gives.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +33,41 @@ TEST(Partition, LocalDenseRangesTileTheBuffer) {
         }
         EXPECT_EQ(at, table.total()) << ranks << " ranks, align " << align;
       }
+}
+
+// Every tensor a range overlaps, by a walk over the whole table.
+std::vector<TensorSlice> overlapping_tensors(const ParamTable& table, Range dense) {
+  std::vector<TensorSlice> out;
+  for (size_t i = 0; i < table.tensors().size(); ++i) {
+    const ParamInfo& t = table.tensors()[i];
+    const Range r = intersect(dense, {t.offset, t.offset + t.numel});
+    if (!r.empty()) out.push_back({int(i), r});
+  }
+  return out;
+}
+
+TEST(Partition, IntersectTensorsFindsEveryTensorARangeOverlaps) {
+  ModelConfig c;
+  c.n_layer = 3, c.n_head = 4, c.d_model = 32, c.seq_len = 16, c.vocab_size = 67;
+  const ParamTable whole(c);
+  // Ranges starting and ending at every tensor boundary, one element either side, and past the ends.
+  for (const ParamTable& table : {whole, whole.tensor_parallel(2, 1)}) {
+    std::vector<int64_t> edges = {-1, table.total() + 1};
+    for (const ParamInfo& t : table.tensors())
+      for (int64_t d : {int64_t(-1), int64_t(0), int64_t(1)}) edges.push_back(t.offset + d);
+    for (int64_t begin : edges)
+      for (int64_t end : edges) {
+        const Range dense{begin, end};
+        const std::vector<TensorSlice> got = intersect_tensors(table, dense);
+        const std::vector<TensorSlice> want = overlapping_tensors(table, dense);
+        ASSERT_EQ(got.size(), want.size()) << "[" << begin << ", " << end << ")";
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_EQ(got[i].tensor, want[i].tensor) << "[" << begin << ", " << end << ")";
+          EXPECT_EQ(got[i].dense.begin, want[i].dense.begin);
+          EXPECT_EQ(got[i].dense.end, want[i].dense.end);
+        }
+      }
+  }
 }
 
 }  // namespace

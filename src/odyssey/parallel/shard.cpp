@@ -17,9 +17,14 @@ ShardLayout::ShardLayout(int64_t n, int P, int64_t align) : numel(n), ranks(P) {
 std::vector<TensorSlice> intersect_tensors(const ParamTable& table, Range dense) {
   std::vector<TensorSlice> out;
   const auto& tensors = table.tensors();
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    Range r = intersect(dense, {tensors[i].offset, tensors[i].offset + tensors[i].numel});
-    if (!r.empty()) out.push_back({int(i), r});
+  // Tensors lie in buffer order, back to back: the first one ending past dense.begin is found by
+  // bisection and the walk stops at dense.end, so a Partition of one segment per unit (ZeRO-3, or
+  // parallel.bucket_mb near 0) costs units x log(tensors), not units x tensors.
+  auto it = std::partition_point(tensors.begin(), tensors.end(),
+                                 [&](const ParamInfo& t) { return t.offset + t.numel <= dense.begin; });
+  for (; it != tensors.end() && it->offset < dense.end; ++it) {
+    Range r = intersect(dense, {it->offset, it->offset + it->numel});
+    if (!r.empty()) out.push_back({int(it - tensors.begin()), r});
   }
   return out;
 }

@@ -152,31 +152,38 @@ PipelineHoldings replay_pipeline(const std::vector<PipeAction>& actions, const P
                                  const std::vector<ChunkSizes>& chunks) {
   PipelineHoldings h;
   h.slots.assign(chunks.size(), 0);
-  std::map<std::pair<int, int>, uint64_t> in_flight, deferred;  // (chunk, mb) -> bytes
-  std::vector<int> held(chunks.size(), 0);
-  auto track = [&] {
-    uint64_t bytes = 0;
-    for (const auto& [key, b] : in_flight) bytes += b;
-    for (const auto& [key, b] : deferred) bytes += b;
-    h.peak = std::max(h.peak, bytes);
+  // (chunk, mb) -> bytes, and their sum kept as they change (summing the maps at every action made a
+  // GPipe replay quadratic in the micro-batches: all m are in flight after the forwards).
+  std::map<std::pair<int, int>, uint64_t> in_flight, deferred;
+  uint64_t bytes = 0;
+  auto hold = [&](std::map<std::pair<int, int>, uint64_t>& held_by, std::pair<int, int> key, uint64_t b) {
+    uint64_t& slot = held_by[key];
+    bytes = bytes - slot + b;
+    slot = b;
   };
+  auto drop = [&](std::map<std::pair<int, int>, uint64_t>& held_by, std::pair<int, int> key) {
+    const auto it = held_by.find(key);
+    if (it != held_by.end()) bytes -= it->second, held_by.erase(it);
+  };
+  std::vector<int> held(chunks.size(), 0);
+  auto track = [&] { h.peak = std::max(h.peak, bytes); };
   for (const PipeAction& a : actions) {
     const int chunk = shape.chunk_of(a.stage);
     const ChunkSizes& cs = chunks[size_t(chunk)];
     const std::pair<int, int> key{chunk, a.mb};
     if (a.kind == PipeAction::forward) {
-      in_flight[key] = cs.memory.activations + (cs.first ? 0 : cs.hidden);
+      hold(in_flight, key, cs.memory.activations + (cs.first ? 0 : cs.hidden));
       h.slots[size_t(chunk)] = std::max(h.slots[size_t(chunk)], ++held[size_t(chunk)]);
       track();
     } else if (a.kind == PipeAction::weight) {
-      deferred.erase(key);
+      drop(deferred, key);
     } else {
       if (a.kind == PipeAction::input) {
-        deferred[key] = cs.deferred;
-        in_flight[key] += cs.last ? 0 : cs.hidden;
+        hold(deferred, key, cs.deferred);
+        hold(in_flight, key, in_flight[key] + (cs.last ? 0 : cs.hidden));
         track();
       }
-      in_flight.erase(key);
+      drop(in_flight, key);
       --held[size_t(chunk)];
     }
   }
@@ -212,7 +219,7 @@ class EngineReplay {
       if (use.forward)
         forward_uses_[size_t(use.unit)].push_back(i);
       else
-        backward_use_[size_t(use.unit)] = i;
+        backward_use_[size_t(use.unit)] = i, first_backward_ = first_backward_ < 0 ? i : first_backward_;
     }
     bucket_.assign(part_.segments().size(), 0);
   }
@@ -221,17 +228,90 @@ class EngineReplay {
   uint64_t gathered_peak() const { return gathered_peak_; }
 
   void zero_grad() { shard_written_ = false; }
-  // F of a micro-batch: the forward uses; a last stage's loss begins the head's backward use.
+  // F of a micro-batch, B (or I) of a micro-batch (one micro-step), zb1's last W. A call made from the
+  // state an earlier call of the same kind started from repeats it exactly (the same buffers, so the
+  // same peaks and the same end): its end is restored instead of replaying it. Between calls the engine
+  // holds little (a prefetched unit, a pooled bucket, reductions in flight), so a step of m
+  // micro-batches walks the units a few times, not m times (4,096 layers x 65,536 micro-batches under
+  // ZeRO-3: 9 s of dry run before).
   void forward(bool with_loss) {
-    for (const UnitUse& use : schedule_)
-      if (use.forward) before_forward(use.unit), after_forward(use.unit);
+    call(with_loss ? 1 : 0, [&] { run_forward(with_loss); });
+  }
+  void backward(bool has_head, bool head_in_unit0, bool last) {
+    call(2 + int(has_head) + 2 * int(head_in_unit0) + 4 * int(last),
+         [&] { run_backward(has_head, head_in_unit0, last); });
+  }
+  void last_weight() {
+    call(10, [&] { run_last_weight(); });
+  }
+
+ private:
+  // The engine between two calls: the units gathered and the buckets pooled (nonzero entries only), the
+  // reductions in flight and the scalars. (next_forward_ is back at 0 after every forward.)
+  struct Between {
+    std::vector<std::pair<int, uint64_t>> gathered, buckets, in_flight;
+    int64_t gathered_now = 0, grads_now = 0;
+    bool reduce_now = true, shard_written = false;
+  };
+  struct Replayed {
+    int call;
+    Between before, after;
+  };
+  static constexpr size_t kMaxReplayed = 64;  // past it calls are replayed, not remembered
+
+  Between between() const {
+    Between b{{}, {}, in_flight_, gathered_now_, grads_now_, reduce_now_, shard_written_};
+    for (size_t u = 0; u < gathered_.size(); ++u)
+      if (gathered_[u]) b.gathered.emplace_back(int(u), gathered_[u]);
+    for (size_t s = 0; s < bucket_.size(); ++s)
+      if (bucket_[s]) b.buckets.emplace_back(int(s), bucket_[s]);
+    return b;
+  }
+  // Whether the engine is in state b: the sums equal and b's entries held, so no other entry is (every
+  // entry is > 0; grads_now_ is the buckets' bytes plus the in-flight scratch).
+  bool in(const Between& b) const {
+    if (gathered_now_ != b.gathered_now || grads_now_ != b.grads_now || reduce_now_ != b.reduce_now ||
+        shard_written_ != b.shard_written || in_flight_ != b.in_flight)
+      return false;
+    for (const auto& [u, bytes] : b.gathered)
+      if (gathered_[size_t(u)] != bytes) return false;
+    for (const auto& [s, bytes] : b.buckets)
+      if (bucket_[size_t(s)] != bytes) return false;
+    return true;
+  }
+  template <typename Run>
+  void call(int kind, Run&& run) {
+    for (const Replayed& r : replayed_)
+      if (r.call == kind && in(r.before)) {
+        for (const auto& [u, bytes] : r.before.gathered) gathered_[size_t(u)] = 0;
+        for (const auto& [s, bytes] : r.before.buckets) bucket_[size_t(s)] = 0;
+        for (const auto& [u, bytes] : r.after.gathered) gathered_[size_t(u)] = bytes;
+        for (const auto& [s, bytes] : r.after.buckets) bucket_[size_t(s)] = bytes;
+        in_flight_ = r.after.in_flight;
+        gathered_now_ = r.after.gathered_now, grads_now_ = r.after.grads_now;
+        reduce_now_ = r.after.reduce_now, shard_written_ = r.after.shard_written;
+        return;
+      }
+    if (replayed_.size() == kMaxReplayed) return run();
+    Replayed r{kind, between(), {}};
+    run();
+    r.after = between();
+    replayed_.push_back(std::move(r));
+  }
+
+  // F: the forward uses (only ZeRO-3 gathers in them); a last stage's loss begins the head's backward use.
+  void run_forward(bool with_loss) {
+    if (stage3_)
+      for (const UnitUse& use : schedule_)
+        if (use.forward) before_forward(use.unit), after_forward(use.unit);
     if (with_loss) before_backward(first_backward().unit);
   }
-  // B (or I) of a micro-batch, one micro-step: the backward uses as the stage makes them (the first
-  // begun by the loss on a stage with the head; a tied head sharing the embeddings' unit ends its use
-  // after the embedding backward).
-  void backward(bool has_head, bool head_in_unit0, bool last) {
+  // B or I: the backward uses as the stage makes them (the first begun by the loss on a stage with the
+  // head; a tied head sharing the embeddings' unit ends its use after the embedding backward).
+  void run_backward(bool has_head, bool head_in_unit0, bool last) {
     begin_micro_step(last);
+    // ZeRO 0-1 before the step's last micro-step neither gathers nor reduces: no buffer moves.
+    if (!stage3_ && !reduce_now_) return;
     bool first = true;
     for (const UnitUse& use : schedule_) {
       if (use.forward) continue;
@@ -242,8 +322,8 @@ class EngineReplay {
     if (head_in_unit0) after_backward(first_backward().unit);
     finish();
   }
-  // zb1's last W: the step's gradients complete, every unit's backward use ended.
-  void last_weight() {
+  // W (zb1's last): the step's gradients complete, every unit's backward use ended.
+  void run_last_weight() {
     begin_micro_step(true);
     for (const UnitUse& use : schedule_)
       if (!use.forward) after_backward(use.unit);
@@ -251,9 +331,7 @@ class EngineReplay {
   }
 
  private:
-  const UnitUse& first_backward() const {
-    return *std::find_if(schedule_.begin(), schedule_.end(), [](const UnitUse& u) { return !u.forward; });
-  }
+  const UnitUse& first_backward() const { return schedule_[size_t(first_backward_)]; }
   uint64_t padded_bytes(int segment) const {
     return uint64_t(part_.segments()[size_t(segment)].layout.padded) * dtype_size(DType::f32);
   }
@@ -333,11 +411,13 @@ class EngineReplay {
   std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
   std::vector<std::vector<int>> forward_uses_;
   std::vector<int> next_forward_, backward_use_;
+  int first_backward_ = -1;                          // the schedule's first backward use (a loss begins it)
   std::vector<uint64_t> bucket_;                     // per segment: its pooled bucket's bytes (0: none)
   std::vector<std::pair<int, uint64_t>> in_flight_;  // reductions launched: (segment, scratch bytes)
   bool reduce_now_ = true, shard_written_ = false;
   int64_t gathered_now_ = 0, grads_now_ = 0;
   uint64_t gathered_peak_ = 0, grads_peak_ = 0;
+  std::vector<Replayed> replayed_;
 };
 
 // The engines' buffers over a step of this rank's actions, one engine per chunk: their peaks summed (as
