@@ -42,6 +42,10 @@ std::vector<std::pair<int, int>> stage_ranges(const RunConfig& config);
 PipelineShape pipeline_shape(const RunConfig& config, int dp);
 PipelineSchedule pipeline_schedule(const RunConfig& config);
 
+// The sequence-parallel attention's options on a tp rank of `tp` (the op the builder installs and the
+// sizes the footprint counts).
+SpAttentionOptions sp_attention_options(const RunConfig& config, int tp);
+
 // ZeRO's view of the [parallel] and [comm] keys on this grid.
 ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid);
 // The dp x sp replicas on this rank's node.
