@@ -130,16 +130,8 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
   if (opt_.stage == 3) {
     gathered_.resize(size_t(table.num_units()));
     schedule_ = model.unit_schedule();
-    forward_uses_.assign(size_t(table.num_units()), {});
+    uses_ = index_unit_uses(schedule_, table.num_units());
     next_forward_.assign(size_t(table.num_units()), 0);
-    backward_use_.assign(size_t(table.num_units()), -1);
-    for (int i = 0; i < int(schedule_.size()); ++i) {
-      const UnitUse& use = schedule_[size_t(i)];
-      if (use.forward)
-        forward_uses_[size_t(use.unit)].push_back(i);
-      else
-        backward_use_[size_t(use.unit)] = i;
-    }
   }
 
   GradSync::Options g;
@@ -274,7 +266,7 @@ void ZeroEngine::drop_secondaries() {
 }
 
 int ZeroEngine::forward_use(int unit) const {
-  const std::vector<int>& uses = forward_uses_[size_t(unit)];
+  const std::vector<int>& uses = uses_.forward[size_t(unit)];
   ODY_CHECK(!uses.empty(), "ZeRO-3: unit {} has no forward use in the model's schedule", unit);
   return uses[size_t(next_forward_[size_t(unit)])];
 }
@@ -297,7 +289,7 @@ void ZeroEngine::after_forward(int unit) {
   if (opt_.stage < 3) return;
   const int position = forward_use(unit);
   int& next = next_forward_[size_t(unit)];
-  next = (next + 1) % int(forward_uses_[size_t(unit)].size());
+  next = (next + 1) % int(uses_.forward[size_t(unit)].size());
   // Kept when the unit's next use follows at once (GPT-2's LM head and its backward).
   const bool kept = position + 1 < int(schedule_.size()) && schedule_[size_t(position) + 1].unit == unit;
   if (!kept) release(unit);
@@ -307,7 +299,7 @@ void ZeroEngine::before_backward(int unit) {
   if (opt_.stage == 3) {
     gather_start(unit, false);
     acquire(unit);
-    prefetch_after(backward_use_[size_t(unit)]);
+    prefetch_after(uses_.backward[size_t(unit)]);
   }
   grads_->before_backward(unit);
 }

@@ -254,11 +254,11 @@ class ZeroEngine : public LayerHooks {
   std::vector<FloatBuffer> state_;  // per optimizer state: stage 0 full; stages >= 1 local
   std::unique_ptr<GradSync> grads_;
   std::vector<Gathered> gathered_;  // stage 3, per unit
-  // Stage 3: the model's unit schedule; per unit the positions of its forward uses (in order), which
-  // of them comes next, and the position of its backward use.
+  // Stage 3: the model's unit schedule, where each unit is used in it, and per unit which of its
+  // forward uses comes next.
   std::vector<UnitUse> schedule_;
-  std::vector<std::vector<int>> forward_uses_;
-  std::vector<int> next_forward_, backward_use_;
+  UnitUses uses_;
+  std::vector<int> next_forward_;
   // ZeRO-3's gathered units with their gathers' wire buffers, and hpZ's secondary shards.
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
   std::atomic<uint64_t> peak_scratch_bytes_{0};  // the most one collective held (ZeroCommSizes)

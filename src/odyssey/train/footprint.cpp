@@ -206,16 +206,8 @@ class EngineReplay {
         max_in_flight_(options.max_in_flight) {
     const size_t units = size_t(table.num_units());
     gathered_.assign(units, 0);
-    forward_uses_.assign(units, {});
+    uses_ = index_unit_uses(schedule_, table.num_units());
     next_forward_.assign(units, 0);
-    backward_use_.assign(units, -1);
-    for (int i = 0; i < int(schedule_.size()); ++i) {
-      const UnitUse& use = schedule_[size_t(i)];
-      if (use.forward)
-        forward_uses_[size_t(use.unit)].push_back(i);
-      else
-        backward_use_[size_t(use.unit)] = i;
-    }
     bucket_.assign(part_.segments().size(), 0);
     wire_.assign(units, 0);
     gathered_forward_.assign(units, false);
@@ -300,7 +292,7 @@ class EngineReplay {
       gather(next.unit, next.forward);
     }
   }
-  int forward_use(int unit) const { return forward_uses_[size_t(unit)][size_t(next_forward_[size_t(unit)])]; }
+  int forward_use(int unit) const { return uses_.forward[size_t(unit)][size_t(next_forward_[size_t(unit)])]; }
   void before_forward(int unit) {
     if (!stage3_) return;
     gather(unit, true);
@@ -311,12 +303,12 @@ class EngineReplay {
     if (!stage3_) return;
     const int position = forward_use(unit);
     int& next = next_forward_[size_t(unit)];
-    next = (next + 1) % int(forward_uses_[size_t(unit)].size());
+    next = (next + 1) % int(uses_.forward[size_t(unit)].size());
     const bool kept = position + 1 < int(schedule_.size()) && schedule_[size_t(position) + 1].unit == unit;
     if (!kept) release(unit);
   }
   void before_backward(int unit) {
-    if (stage3_) gather(unit, false), acquire(unit), prefetch_after(backward_use_[size_t(unit)]);
+    if (stage3_) gather(unit, false), acquire(unit), prefetch_after(uses_.backward[size_t(unit)]);
     if (!pooled_) return;
     const int s = part_.segment_of_unit(unit);
     if (bucket_[size_t(s)]) return;
@@ -357,8 +349,8 @@ class EngineReplay {
   std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
   std::vector<uint64_t> wire_;      // per unit: its gather's wire buffers (until the gather completes)
   std::vector<bool> gathered_forward_, secondary_;  // per unit: gathered for a forward use; hpZ's shard held
-  std::vector<std::vector<int>> forward_uses_;
-  std::vector<int> next_forward_, backward_use_;
+  UnitUses uses_;
+  std::vector<int> next_forward_;
   std::vector<uint64_t> bucket_;                     // per segment: its pooled bucket's bytes (0: none)
   std::vector<std::pair<int, uint64_t>> in_flight_;  // reductions launched: (segment, scratch bytes)
   bool reduce_now_ = true, shard_written_ = false;
