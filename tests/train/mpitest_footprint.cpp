@@ -27,6 +27,7 @@
 #include "odyssey/train/footprint.h"
 #include "odyssey/train/layout_builder.h"
 #include "odyssey/train/run_checkpoint.h"
+#include "odyssey/train/step_metrics.h"
 
 using namespace odyssey;
 
@@ -177,6 +178,13 @@ void check_case(const Case& c, CheckpointPolicy policy, bool disk, Communicator&
   config.validate(world.size());
   Layout layout(config, world);
   const RankFootprint pure = rank_footprint(config, layout.place(), policy);
+  // The layout computes it once per policy, and the live report (asked every step) reads that.
+  const RankFootprint& kept = layout.footprint(policy);
+  EXPECT_EQ(&kept, &layout.footprint(policy));
+  const MemoryReport report = live_memory(layout);
+  EXPECT_EQ(report.params, pure.state.params);
+  EXPECT_EQ(report.activations, pure.activations);
+  EXPECT_EQ(report.comm_buffers, pure.comm_buffers);
   if (disk) layout.start_offload(pure.offload);
   resume_or_init(layout);
   SyntheticRows rows(layout);

@@ -212,6 +212,13 @@ RankPlace Layout::place() {
                    replicas_on_node(grid)};
 }
 
+const RankFootprint& Layout::footprint(CheckpointPolicy checkpoint) {
+  auto it = footprints_.find(checkpoint);
+  if (it == footprints_.end())
+    it = footprints_.emplace(checkpoint, rank_footprint(config, place(), checkpoint)).first;
+  return it->second;
+}
+
 uint64_t Layout::reduction_transient_bytes() const {
   // One reduction at a time per thread that runs them: the main one, Domino's, ZeRO's.
   const bool dp_thread = !engines.empty() && engines.front()->comm_thread();
