@@ -188,5 +188,18 @@ TEST(Stages, MisuseIsNamed) {
   EXPECT_THROW(middle.backward(*acts), Error);  // no output_grad
 }
 
+// index_unit_uses: GPT-2's tied whole-model schedule uses unit 0 twice forward (embeddings, then the
+// head) and once backward; every other unit once each way, backward in reverse order.
+TEST(Stages, IndexUnitUsesFindsEveryUse) {
+  const std::vector<UnitUse> schedule = {{0, true},  {1, true},  {2, true}, {0, true},
+                                         {0, false}, {2, false}, {1, false}};
+  const UnitUses uses = index_unit_uses(schedule, 4);
+  EXPECT_EQ(uses.forward[0], (std::vector<int>{0, 3}));
+  EXPECT_EQ(uses.forward[1], (std::vector<int>{1}));
+  EXPECT_EQ(uses.forward[2], (std::vector<int>{2}));
+  EXPECT_TRUE(uses.forward[3].empty());
+  EXPECT_EQ(uses.backward, (std::vector<int>{4, 6, 5, -1}));
+}
+
 }  // namespace
 }  // namespace odyssey

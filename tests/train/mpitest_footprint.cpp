@@ -5,11 +5,15 @@
 // (train/layout_builder.h), runs one training step on synthetic rows and compares, kind by kind, the
 // pure function at its place with
 // - the state its ZeRO engines allocated (byte for byte);
-// - the activations the pipeline runner held at its peak, plus the attention op's scratch, the GEMMs'
-//   scratch and Domino's second slot (byte for byte);
-// - the engines' communication buffers: ZeRO-3's gathered units byte for byte, the whole (with the
-//   gradient buckets and MPI's transient) byte for byte under ZeRO 0-1, and at most the footprint under
-//   ZeRO 2-3 (a bucket's reduction may complete before the engine has to wait for it);
+// - the activations the pipeline runner held at its peak, plus the attention op's scratch (Ulysses' and
+//   the ring's bf16 messages with it), the GEMMs' scratch and the tensor-parallel linears' (TP-SP's
+//   gathered inputs and partial sums, Domino's second slot) (byte for byte);
+// - the engines' communication buffers: ZeRO-3's gathered units with their gathers' wire buffers (qwZ,
+//   bf16) and hpZ's secondary shards byte for byte; the most one compressed or bf16 collective held
+//   (quantized reduce-scatters one- and two-level, qwD, the weight gathers after the step) byte for
+//   byte; the whole (with the gradient buckets and MPI's transient) byte for byte under ZeRO 0-1, and
+//   at most the footprint under ZeRO 2-3 (a bucket's reduction may complete before the engine has to
+//   wait for it);
 // - the disk tier's files: the built stages' (Stage::offload_bytes_for) per micro-batch held.
 #include <gtest/gtest.h>
 
@@ -23,6 +27,7 @@
 #include "odyssey/train/footprint.h"
 #include "odyssey/train/layout_builder.h"
 #include "odyssey/train/run_checkpoint.h"
+#include "odyssey/train/step_metrics.h"
 
 using namespace odyssey;
 
@@ -74,11 +79,22 @@ const std::vector<Case> kCases = {
      {"parallel.dp=2", "parallel.zero_stage=2", "parallel.bucket_mb=0.01", "comm.grads=int8"}},
     {"dp2_zero3", 2, {"parallel.dp=2", "parallel.zero_stage=3"}},
     {"dp2_zero3_llama", 2, with({"parallel.dp=2", "parallel.zero_stage=3"}, kLlama)},
+    {"dp2_zero3_int4", 2, {"parallel.dp=2", "parallel.zero_stage=3", "comm.weights=int4"}},
+    {"dp2_zero1_int8_weights_grads",
+     2,
+     {"parallel.dp=2", "parallel.zero_stage=1", "comm.weights=int8", "comm.grads=int4"}},
+    {"dp2_zero3_bf16", 2, {"parallel.dp=2", "parallel.zero_stage=3", "train.precision=bf16"}},
+    {"dp2_zero1_bf16", 2, {"parallel.dp=2", "parallel.zero_stage=1", "train.precision=bf16"}},
+    {"ulysses2_bf16_chunks",
+     2,
+     {"parallel.dp=1", "parallel.sp_ulysses=2", "memory.chunk_tokens=4", "train.precision=bf16"}},
+    {"ring2_bf16", 2, {"parallel.dp=1", "parallel.sp_ring=2", "train.precision=bf16"}},
     {"ulysses2_zero1", 2, {"parallel.dp=1", "parallel.sp_ulysses=2", "parallel.zero_stage=1"}},
     {"ulysses2_chunks", 2, {"parallel.dp=1", "parallel.sp_ulysses=2", "memory.chunk_tokens=4"}},
     {"ring2_zero3", 2, {"parallel.dp=1", "parallel.sp_ring=2", "parallel.zero_stage=3"}},
     {"ring2_llama", 2, with({"parallel.dp=1", "parallel.sp_ring=2"}, kLlama)},
     {"tp2_zero1", 2, {"parallel.dp=1", "parallel.tp=2", "parallel.zero_stage=1"}},
+    {"tp2_sp_zero3", 2, {"parallel.dp=1", "parallel.tp=2", "parallel.tp_sp=true", "parallel.zero_stage=3"}},
     {"tp2_sp_chunks", 2, {"parallel.dp=1", "parallel.tp=2", "parallel.tp_sp=true", "memory.chunk_tokens=8"}},
     {"tp2_domino",
      2,
@@ -96,6 +112,19 @@ const std::vector<Case> kCases = {
     {"dp4_zero2_tlq",
      4,
      {"parallel.dp=4", "parallel.zero_stage=2", "comm.grads=tlq", "parallel.ranks_per_node=2"}},
+    {"dp4_zero3_hpz_int8_qgz",
+     4,
+     {"parallel.dp=4", "parallel.zero_stage=3", "comm.hpz=true", "comm.weights=int8", "comm.grads=qgz",
+      "parallel.ranks_per_node=2"}},
+    {"dp4_zero1_tlq_hs_sliced_int4",
+     4,
+     {"parallel.dp=4", "parallel.zero_stage=1", "comm.grads=tlq_hs", "comm.grad_pipeline=2",
+      "comm.weights=int4", "parallel.ranks_per_node=2", "parallel.bucket_mb=0.01"}},
+    {"dp4_zero3_bf16_llama", 4,
+     with({"parallel.dp=4", "parallel.zero_stage=3", "train.precision=bf16"}, kLlama)},
+    {"ulysses2_ring2_bf16",
+     4,
+     {"parallel.dp=1", "parallel.sp_ulysses=2", "parallel.sp_ring=2", "train.precision=bf16"}},
     {"dp2_ulysses2_zero2", 4, {"parallel.dp=2", "parallel.sp_ulysses=2", "parallel.zero_stage=2"}},
     {"hybrid_zero1",
      4,
@@ -149,6 +178,13 @@ void check_case(const Case& c, CheckpointPolicy policy, bool disk, Communicator&
   config.validate(world.size());
   Layout layout(config, world);
   const RankFootprint pure = rank_footprint(config, layout.place(), policy);
+  // The layout computes it once per policy, and the live report (asked every step) reads that.
+  const RankFootprint& kept = layout.footprint(policy);
+  EXPECT_EQ(&kept, &layout.footprint(policy));
+  const MemoryReport report = live_memory(layout);
+  EXPECT_EQ(report.params, pure.state.params);
+  EXPECT_EQ(report.activations, pure.activations);
+  EXPECT_EQ(report.comm_buffers, pure.comm_buffers);
   if (disk) layout.start_offload(pure.offload);
   resume_or_init(layout);
   SyntheticRows rows(layout);
@@ -173,7 +209,7 @@ void check_case(const Case& c, CheckpointPolicy policy, bool disk, Communicator&
   const uint64_t activations = layout.runner->peak_activation_bytes() +
                                layout.stages.front()->attention_bytes() +
                                gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim())) +
-                               (layout.tp_linears ? layout.tp_linears->overlap_bytes() : 0);
+                               (layout.tp_linears ? layout.tp_linears->bytes() : 0);
   EXPECT_EQ(pure.activations, activations);
   // Communication buffers.
   const uint64_t comm = engines + layout.reduction_transient_bytes();

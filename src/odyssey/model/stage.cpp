@@ -4,6 +4,20 @@
 
 namespace odyssey {
 
+UnitUses index_unit_uses(const std::vector<UnitUse>& schedule, int units) {
+  UnitUses uses;
+  uses.forward.assign(size_t(units), {});
+  uses.backward.assign(size_t(units), -1);
+  for (int i = 0; i < int(schedule.size()); ++i) {
+    const UnitUse& use = schedule[size_t(i)];
+    if (use.forward)
+      uses.forward[size_t(use.unit)].push_back(i);
+    else
+      uses.backward[size_t(use.unit)] = i;
+  }
+  return uses;
+}
+
 StageRange StageRange::resolved(const ModelConfig& config) const {
   StageRange r = *this;
   if (r.layer_end < 0) r.layer_end = config.n_layer;

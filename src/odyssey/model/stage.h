@@ -81,6 +81,15 @@ struct UnitUse {
   bool operator==(const UnitUse&) const = default;
 };
 
+// Where each of a schedule's units is used: the schedule positions of its forward uses, in order, and
+// of its backward use (-1: none). ZeRO-3 (parallel/zero.cpp) and the footprint's replay of it
+// (train/footprint.cpp) walk the schedule by these.
+struct UnitUses {
+  std::vector<std::vector<int>> forward;  // per unit
+  std::vector<int> backward;              // per unit
+};
+UnitUses index_unit_uses(const std::vector<UnitUse>& schedule, int units);
+
 // The part of the model a stage holds: layers [layer_begin, layer_end), with the embeddings when it
 // starts at layer 0 and the final norm and LM head when it ends at the last layer (a tied LM head
 // then holds its own copy of the embedding matrix unless the stage also has the embeddings).

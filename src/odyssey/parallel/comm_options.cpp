@@ -45,7 +45,7 @@ void validate_comm_keys(const CommOptions& c, int zero_stage) {
 
 void validate_comm(const CommOptions& c, int zero_stage, int dp_size) {
   validate_comm_keys(c, zero_stage);
-  const int D = c.ranks_per_node > 0 ? std::min(c.ranks_per_node, dp_size) : dp_size;
+  const int D = c.node_ranks(dp_size);
   ODY_CHECK(dp_size % D == 0,
             "comm: {} data-parallel ranks do not split into nodes of {} (parallel.ranks_per_node)", dp_size,
             D);

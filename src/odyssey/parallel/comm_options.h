@@ -3,6 +3,7 @@
 // combinations that are refused.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -48,6 +49,10 @@ struct CommOptions {
   // follows.
   bool two_level_grads(int ranks_per_node, int nodes) const {
     return tlq_grads() || (grads == GradComm::qgz && ranks_per_node > 1 && nodes > 1);
+  }
+  // The data-parallel ranks of a node among dp_size (nodes are consecutive blocks of them).
+  int node_ranks(int dp_size) const {
+    return ranks_per_node > 0 ? std::min(ranks_per_node, dp_size) : dp_size;
   }
 };
 

@@ -158,7 +158,8 @@ void RingAttention::pass_kv(int s, int64_t kv_n, RequestPtr& recv, RequestPtr& s
   if (s + 1 >= P) return;  // the last step's block goes nowhere
   // Receive first, then send; the caller computes on block s while both are in flight.
   if (options_.bf16_wire) {
-    kv_send_.resize(size_t(kv_n)), kv_recv_.resize(size_t(kv_n));
+    // Kept at their largest, like the float scratch (ring_scratch_bytes counts them).
+    if (kv_send_.size() < size_t(kv_n)) kv_send_.resize(size_t(kv_n)), kv_recv_.resize(size_t(kv_n));
     convert_to_bf16(kv_[s % 2].data(), kv_send_.data(), size_t(kv_n));
     recv = ring_.recv_async(kv_recv_.data(), size_t(kv_n), DType::bf16, (r + P - 1) % P, p2p_tag::ring_kv);
     send = ring_.send_async(kv_send_.data(), size_t(kv_n), DType::bf16, (r + 1) % P, p2p_tag::ring_kv);
@@ -178,30 +179,32 @@ void RingAttention::received_kv(int s, int64_t kv_n) {
 size_t RingAttention::bytes() const {
   size_t n = dkv_in_.bytes() + blk_out_.bytes() + blk_lse_.bytes() + lse_rows_.bytes() + dq_.bytes();
   for (int i = 0; i < 2; ++i) n += kv_[i].bytes() + dkv_[i].bytes();
-  return n;
+  return n + (kv_send_.size() + kv_recv_.size()) * sizeof(bf16);
 }
 
-size_t ring_scratch_bytes(int P_, int progress_rows, int B, int Tl, int H, int Hkv, int D) {
+size_t ring_scratch_bytes(int P_, int progress_rows, int B, int Tl, int H, int Hkv, int D, bool bf16_wire) {
   const size_t P = size_t(P_), rows = size_t(std::min(progress_rows, Tl));
   const size_t kv_n = size_t(B) * Tl * 2 * Hkv * D, buffers = P > 1 ? 2 : 1;
   // kv_ and dkv_ (double-buffered on a ring), dkv_in_, a block's out and lse, a slice of the lse.
   const size_t floats =
       2 * buffers * kv_n + (P > 1 ? kv_n : 0) + size_t(B) * rows * H * D + 2 * size_t(B) * H * rows;
-  return floats * dtype_size(DType::f32);
+  // bf16_wire: the block sent and the one arriving, as bf16 (pass_kv; only when there is a next rank).
+  const size_t wire = bf16_wire && P > 1 ? 2 * kv_n * dtype_size(DType::bf16) : 0;
+  return floats * dtype_size(DType::f32) + wire;
 }
 
-size_t ring_bytes_for(int P, int progress_rows, int n_kv_head, int B, int T, int H, int D) {
+size_t ring_bytes_for(int P, int progress_rows, int n_kv_head, int B, int T, int H, int D, bool bf16_wire) {
   // Scratch only (nothing saved per layer): the schedule's, and dq of the layers' in-place backward.
-  return ring_scratch_bytes(P, progress_rows, B, T, H, n_kv_head ? n_kv_head : H, D) +
+  return ring_scratch_bytes(P, progress_rows, B, T, H, n_kv_head ? n_kv_head : H, D, bf16_wire) +
          size_t(B) * T * H * D * dtype_size(DType::f32);
 }
 
 size_t RingAttention::bytes_for_heads(int B, int Tl, int H, int Hkv, int D) const {
-  return ring_scratch_bytes(ring_.size(), options_.progress_rows, B, Tl, H, Hkv, D);
+  return ring_scratch_bytes(ring_.size(), options_.progress_rows, B, Tl, H, Hkv, D, options_.bf16_wire);
 }
 
 size_t RingAttention::bytes_for(int B, int T, int H, int D, int /*n_layer*/) const {
-  return ring_bytes_for(ring_.size(), options_.progress_rows, n_kv_head_, B, T, H, D);
+  return ring_bytes_for(ring_.size(), options_.progress_rows, n_kv_head_, B, T, H, D, options_.bf16_wire);
 }
 
 void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,

@@ -53,9 +53,10 @@ struct RingTimes {
 // Sizes only (the footprint, train/footprint.h; the op's bytes_for): the ring's scratch after
 // forward_heads and backward_heads over Tl tokens of H query / Hkv kv heads on a ring of P ranks that
 // computes progress_rows query rows per kernel call; and after the layers' forward and in-place backward
-// over T tokens (n_kv_head 0: H), with dq's [B, T, H D].
-size_t ring_scratch_bytes(int P, int progress_rows, int B, int Tl, int H, int Hkv, int D);
-size_t ring_bytes_for(int P, int progress_rows, int n_kv_head, int B, int T, int H, int D);
+// over T tokens (n_kv_head 0: H), with dq's [B, T, H D]. bf16_wire: with the bf16 K|V blocks sent and
+// received.
+size_t ring_scratch_bytes(int P, int progress_rows, int B, int Tl, int H, int Hkv, int D, bool bf16_wire);
+size_t ring_bytes_for(int P, int progress_rows, int n_kv_head, int B, int T, int H, int D, bool bf16_wire);
 
 class RingAttention : public AttentionOp {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "odyssey/core/error.h"
@@ -30,8 +31,8 @@ Exchange exchange_async(Communicator& comm, const WireBlocks& send, WireBlocks& 
 
 }  // namespace
 
-void qwd_all_gather(Communicator& dp, const WireFormat& format, const float* master, float* model, size_t S,
-                    RoundingKey key) {
+size_t qwd_all_gather(Communicator& dp, const WireFormat& format, const float* master, float* model, size_t S,
+                      RoundingKey key) {
   const size_t P = size_t(dp.size()), r = size_t(dp.rank());
   WireBlocks mine(format, S, 1), all(format, S, P);
   key.offset = r * S;
@@ -39,6 +40,7 @@ void qwd_all_gather(Communicator& dp, const WireFormat& format, const float* mas
   dp.all_gather(mine.data(), all.data(), mine.record_bytes(), DType::u8);
   // The owner adds its own decoded difference too: never model = master.
   for (size_t j = 0; j < P; ++j) wire_decode_add(format, all.cblock(j), S, model + j * S);
+  return mine.size_bytes() + all.size_bytes();
 }
 
 size_t two_level_slice_align(const WireFormat& intra_format, const WireFormat& inter_format) {
@@ -57,25 +59,42 @@ struct Slice {
   Exchange intra_hop, inter_hop;
 };
 
+// The slices' [begin, begin + n): boundaries on whole groups of both formats, so every group (and its
+// rounding stream, keyed by the element's place in the shard) is the one the unsliced collective would
+// form.
+std::vector<std::pair<size_t, size_t>> slice_ranges(const WireFormat& intra_format,
+                                                    const WireFormat& inter_format, size_t S, size_t slices) {
+  const size_t align = two_level_slice_align(intra_format, inter_format);
+  const size_t per_slice = (S + slices - 1) / slices;
+  const size_t len = std::max(align, (per_slice + align - 1) / align * align);
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t begin = 0; begin < S; begin += len) ranges.push_back({begin, std::min(len, S - begin)});
+  return ranges;
+}
+
 }  // namespace
 
-void two_level_reduce_scatter(Communicator& intra, Communicator& inter, const WireFormat& intra_format,
-                              const WireFormat& inter_format, const float* send, float* recv, size_t S,
-                              RoundingKey key, size_t slices) {
+size_t two_level_reduce_scatter_bytes(const WireFormat& intra_format, const WireFormat& inter_format,
+                                      size_t S, size_t D, size_t N, size_t slices) {
+  size_t bytes = 0;
+  for (const auto& [begin, n] : slice_ranges(intra_format, inter_format, S, slices))
+    bytes +=
+        2 * WireBlocks::bytes_for(intra_format, n, D * N) + 2 * WireBlocks::bytes_for(inter_format, n, N);
+  return bytes;
+}
+
+size_t two_level_reduce_scatter(Communicator& intra, Communicator& inter, const WireFormat& intra_format,
+                                const WireFormat& inter_format, const float* send, float* recv, size_t S,
+                                RoundingKey key, size_t slices) {
   const size_t D = size_t(intra.size()), N = size_t(inter.size()), P = D * N;
   ODY_CHECK(intra_format.identity == inter_format.identity,
             "two-level reduce-scatter: identity on one hop only");
   ODY_CHECK((key.bucket >> 31) == 0, "two-level reduce-scatter: bucket id {} too large", key.bucket);
   ODY_CHECK(slices >= 1, "two-level reduce-scatter: {} pipeline slices", slices);
 
-  // Slice boundaries on whole groups of both formats, so every group (and its rounding stream, keyed
-  // by the element's place in the shard) is the one the unsliced collective would form.
-  const size_t align = two_level_slice_align(intra_format, inter_format);
-  const size_t per_slice = (S + slices - 1) / slices;
-  const size_t len = std::max(align, (per_slice + align - 1) / align * align);
   std::vector<std::unique_ptr<Slice>> sl;
-  for (size_t begin = 0; begin < S; begin += len)
-    sl.push_back(std::make_unique<Slice>(intra_format, inter_format, begin, std::min(len, S - begin), P, N));
+  for (const auto& [begin, n] : slice_ranges(intra_format, inter_format, S, slices))
+    sl.push_back(std::make_unique<Slice>(intra_format, inter_format, begin, n, P, N));
   const size_t K = sl.size();
 
   // MPI advances non-blocking collectives only inside MPI calls: poke the ones in flight between
@@ -128,6 +147,10 @@ void two_level_reduce_scatter(Communicator& intra, Communicator& inter, const Wi
     if (k >= 2) finish(*sl[k - 2]);
     if (k >= 1 && k - 1 < K) start_inter(*sl[k - 1]);
   }
+  size_t bytes = 0;
+  for (const auto& x : sl)
+    bytes += x->a.size_bytes() + x->b.size_bytes() + x->c.size_bytes() + x->e.size_bytes();
+  return bytes;
 }
 
 }  // namespace odyssey

@@ -29,16 +29,22 @@ namespace odyssey {
 
 // model: the P·S model weights of one segment (this rank's shard at rank·S), updated in place;
 // master: this rank's S master weights.
-void qwd_all_gather(Communicator& dp, const WireFormat& format, const float* master, float* model, size_t S,
-                    RoundingKey key);
+// Returns the bytes of wire blocks it held (quantized_gather_bytes(format, S, P), zeropp.h).
+size_t qwd_all_gather(Communicator& dp, const WireFormat& format, const float* master, float* model, size_t S,
+                      RoundingKey key);
 
 // send: P·S gradients (P = intra.size() · inter.size(), shards in dp rank order); recv: S, the sum of
 // this rank's shard over all ranks. intra: this node's ranks by local index; inter: the ranks with this
 // local index, by node. key.bucket must leave bit 31 free (it tags the second hop's stream).
-// slices >= 1; fewer are used when S holds fewer whole groups.
-void two_level_reduce_scatter(Communicator& intra, Communicator& inter, const WireFormat& intra_format,
-                              const WireFormat& inter_format, const float* send, float* recv, size_t S,
-                              RoundingKey key, size_t slices = 1);
+// slices >= 1; fewer are used when S holds fewer whole groups. Returns the bytes of wire blocks it held
+// (two_level_reduce_scatter_bytes).
+size_t two_level_reduce_scatter(Communicator& intra, Communicator& inter, const WireFormat& intra_format,
+                                const WireFormat& inter_format, const float* send, float* recv, size_t S,
+                                RoundingKey key, size_t slices = 1);
+// Every slice's four block sets, held for the whole call: D N intra-format blocks sent and as many
+// received, N inter-format blocks sent and as many received.
+size_t two_level_reduce_scatter_bytes(const WireFormat& intra_format, const WireFormat& inter_format,
+                                      size_t S, size_t D, size_t N, size_t slices = 1);
 // Slice boundaries fall on multiples of this: the least common multiple of the two group sizes.
 size_t two_level_slice_align(const WireFormat& intra_format, const WireFormat& inter_format);
 

@@ -39,6 +39,11 @@ size_t TensorParallelLinears::overlap_bytes_for(int64_t n, int width, const TpSp
   return size_t(n) * size_t(width) * sizeof(float);
 }
 
+size_t TensorParallelLinears::bytes_for(int64_t n, int width, const TpSplit& split) {
+  if (split.t == 1 || !split.sequence_parallel) return 0;  // plain TP gathers nothing, reduces in place
+  return 2 * size_t(n) * size_t(width) * sizeof(float);
+}
+
 const float* TensorParallelLinears::gathered(const float* x, int64_t n, int X, const LinearCall& c) {
   if (!sequence_parallel_) return x;
   float* g = full_.at_least(size_t(n * X));

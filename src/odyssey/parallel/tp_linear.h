@@ -62,6 +62,10 @@ class TensorParallelLinears : public LinearOps {
   // What Domino's second slot adds for calls of n tokens of the group at most `width` features wide:
   // under TP-SP a partial sum [n, width]; plain TP, nothing.
   static size_t overlap_bytes_for(int64_t n, int width, const TpSplit& split);
+  // What bytes() holds besides overlap_bytes() for calls of n tokens of the group at most `width`
+  // features wide (the block's linears read and write d_model features at their group ends): under
+  // TP-SP the gathered input or output gradient [n, width] and the first slot's partial sums [n, width].
+  static size_t bytes_for(int64_t n, int width, const TpSplit& split);
 
  private:
   // x [rows(n), X] -> [n, X]: x itself, or under TP-SP the all-gather of the token slices into full_.

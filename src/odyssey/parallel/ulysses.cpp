@@ -63,35 +63,42 @@ UlyssesAttention::UlyssesAttention(Communicator& ulysses, int n_kv_head, RingAtt
 void UlyssesAttention::exchange(const float* send, float* recv, size_t count) {
   if (!bf16_wire_) return comm_.all_to_all(send, recv, count, DType::f32);
   const size_t n = count * size_t(comm_.size());
-  std::vector<bf16> s(n), r(n);
-  convert_to_bf16(send, s.data(), n);
-  comm_.all_to_all(s.data(), r.data(), count, DType::bf16);
-  convert_to_float(r.data(), recv, n);
+  if (wire_send_.size() < n) wire_send_.resize(n), wire_recv_.resize(n);
+  convert_to_bf16(send, wire_send_.data(), n);
+  comm_.all_to_all(wire_send_.data(), wire_recv_.data(), count, DType::bf16);
+  convert_to_float(wire_recv_.data(), recv, n);
 }
 
 size_t UlyssesAttention::bytes() const {
-  return send_.bytes() + recv_.bytes() + dout_h_.bytes() + dqkv_h_.bytes() + (inner_ ? inner_->bytes() : 0);
+  return send_.bytes() + recv_.bytes() + dout_h_.bytes() + dqkv_h_.bytes() +
+         (wire_send_.size() + wire_recv_.size()) * sizeof(bf16) + (inner_ ? inner_->bytes() : 0);
 }
 
 size_t ulysses_bytes_for(int U, int n_kv_head, int ring_ranks, int progress_rows, int B, int T, int H, int D,
-                         int n_layer) {
+                         int n_layer, bool bf16_wire) {
   const UlyssesHeads heads(H, n_kv_head ? n_kv_head : H, U);
   const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads());
   const size_t qkv_h = size_t(U) * B * T * (Hl + 2 * Hkvl) * D, out_h = size_t(U) * B * T * Hl * D;
   // Saved per layer: head-sharded qkv and out. Scratch: send_, recv_, dqkv_h_ (qkv-sized), dout_h_.
   const size_t floats = size_t(n_layer) * (qkv_h + out_h) + 3 * qkv_h + out_h;
-  return floats * dtype_size(DType::f32) +
-         (ring_ranks > 0 ? ring_scratch_bytes(ring_ranks, progress_rows, B, U * T, int(Hl), int(Hkvl), D)
-                         : 0);
+  // bf16_wire: the largest message (the qkv's, out_h <= qkv_h) sent and received as bf16.
+  const size_t wire = bf16_wire ? 2 * qkv_h * dtype_size(DType::bf16) : 0;
+  return floats * dtype_size(DType::f32) + wire +
+         (ring_ranks > 0
+              ? ring_scratch_bytes(ring_ranks, progress_rows, B, U * T, int(Hl), int(Hkvl), D, bf16_wire)
+              : 0);
 }
 
-size_t ulysses_chunk_bytes_for(int U, int n_kv_head, int rows, int H, int D) {
+size_t ulysses_chunk_bytes_for(int U, int n_kv_head, int rows, int H, int D, bool bf16_wire) {
   const UlyssesHeads heads(H, n_kv_head ? n_kv_head : H, U);
   const size_t Hl = size_t(heads.local_heads()), Hkvl = size_t(heads.local_kv_heads()),
                m = size_t(U) * size_t(rows) * D;
   // send_ and recv_: a chunk's q | out | dout (or dq | dk | dv, or k | v) for every rank; dout_h_: the
   // segment's out (forward) or dq (backward).
-  return (2 * m * std::max(3 * Hl, Hl + 2 * Hkvl) + m * Hl) * dtype_size(DType::f32);
+  // bf16_wire: the largest message as bf16, sent and received.
+  const size_t message = m * std::max(3 * Hl, Hl + 2 * Hkvl);
+  return (2 * message + m * Hl) * dtype_size(DType::f32) +
+         (bf16_wire ? 2 * message * dtype_size(DType::bf16) : 0);
 }
 
 KvPrefixLayout ulysses_kv_prefix(int U, int n_kv_head, int H, int D) {
@@ -101,7 +108,7 @@ KvPrefixLayout ulysses_kv_prefix(int U, int n_kv_head, int H, int D) {
 
 size_t UlyssesAttention::bytes_for(int B, int T, int H, int D, int n_layer) const {
   return ulysses_bytes_for(comm_.size(), n_kv_head_, inner_ ? inner_->comm().size() : 0,
-                           inner_ ? inner_->options().progress_rows : 0, B, T, H, D, n_layer);
+                           inner_ ? inner_->options().progress_rows : 0, B, T, H, D, n_layer, bf16_wire_);
 }
 
 void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
@@ -230,7 +237,7 @@ KvPrefixLayout UlyssesAttention::kv_prefix(int H, int D) const {
 }
 
 size_t UlyssesAttention::chunk_bytes_for(int rows, int H, int D) const {
-  return ulysses_chunk_bytes_for(comm_.size(), n_kv_head_, rows, H, D);
+  return ulysses_chunk_bytes_for(comm_.size(), n_kv_head_, rows, H, D, bf16_wire_);
 }
 
 // The local chunk k of every rank (m rows) is the segment [U k c, U (k c + m)) only when the tokens

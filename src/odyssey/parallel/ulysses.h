@@ -41,6 +41,8 @@
 // = (U-1)/U * 4 N h / U per row of N tokens for MHA: constant when N and U grow together.
 #pragma once
 
+#include <vector>
+
 #include "odyssey/comm/communicator.h"
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/attention_op.h"
@@ -62,10 +64,11 @@ struct UlyssesHeads {
 // Sizes only (the footprint, train/footprint.h; the op's own methods): what Ulysses over U ranks with
 // n_kv_head key/value heads (0: H) holds after forward and backward of n_layer layers (saved per layer:
 // the head-sharded qkv and out; scratch: its messages, and an inner ring's of ring_ranks ranks, 0:
-// none), for query chunks of `rows` rows, and its K/V prefix.
+// none), for query chunks of `rows` rows, and its K/V prefix. bf16_wire: with the bf16 copies of its
+// largest message sent and received (and the inner ring's bf16 blocks).
 size_t ulysses_bytes_for(int U, int n_kv_head, int ring_ranks, int progress_rows, int B, int T, int H, int D,
-                         int n_layer);
-size_t ulysses_chunk_bytes_for(int U, int n_kv_head, int rows, int H, int D);
+                         int n_layer, bool bf16_wire);
+size_t ulysses_chunk_bytes_for(int U, int n_kv_head, int rows, int H, int D, bool bf16_wire);
 KvPrefixLayout ulysses_kv_prefix(int U, int n_kv_head, int H, int D);
 
 class UlyssesAttention : public AttentionOp {
@@ -109,7 +112,7 @@ class UlyssesAttention : public AttentionOp {
   // Fails unless rows [r, r + n) of sequences of T are one of the chunks the tokens were dealt by.
   void check_dealt(int r, int n, int T) const;
 
-  // The all-to-all of count floats per rank (in bf16 under bf16_wire).
+  // The all-to-all of count floats per rank (in bf16 under bf16_wire, through wire_send_, wire_recv_).
   void exchange(const float* send, float* recv, size_t count);
 
   Communicator& comm_;
@@ -118,6 +121,7 @@ class UlyssesAttention : public AttentionOp {
   int deal_chunk_;
   bool bf16_wire_;
   FloatBuffer send_, recv_, dout_h_, dqkv_h_;  // scratch
+  std::vector<bf16> wire_send_, wire_recv_;    // bf16_wire: the messages as bf16, kept at their largest
 };
 
 }  // namespace odyssey

@@ -37,8 +37,8 @@ void SequenceParallelAttention::backward(float* dqkv, const float* dout, const f
 size_t SpAttentionSizes::bytes_for(int B, int T, int H, int D, int n_layer) const {
   if (has_ulysses())
     return ulysses_bytes_for(U_, options_.n_kv_head, R_ > 1 ? R_ : 0, options_.progress_rows, B, T, H, D,
-                             n_layer);
-  return ring_bytes_for(R_, options_.progress_rows, options_.n_kv_head, B, T, H, D);
+                             n_layer, options_.bf16_wire);
+  return ring_bytes_for(R_, options_.progress_rows, options_.n_kv_head, B, T, H, D, options_.bf16_wire);
 }
 
 KvPrefixLayout SpAttentionSizes::kv_prefix(int H, int D) const {
@@ -46,7 +46,8 @@ KvPrefixLayout SpAttentionSizes::kv_prefix(int H, int D) const {
 }
 
 size_t SpAttentionSizes::chunk_bytes_for(int rows, int H, int D) const {
-  return chunks_queries() ? ulysses_chunk_bytes_for(U_, options_.n_kv_head, rows, H, D) : 0;
+  return chunks_queries() ? ulysses_chunk_bytes_for(U_, options_.n_kv_head, rows, H, D, options_.bf16_wire)
+                          : 0;
 }
 
 SequenceShard SequenceParallelAttention::shard() const {

@@ -31,10 +31,14 @@ class WireBlocks {
  public:
   WireBlocks() = default;
   WireBlocks(const WireFormat& f, size_t n, size_t count)
-      : values_((f.bytes(n) + 3) / 4 * 4),
+      : values_(values_bytes(f, n)),
         groups_(f.groups(n)),
         record_(values_ + 4 * groups_),
         words_(record_ / 4 * count) {}
+  // What WireBlocks(f, n, count) allocates, without allocating (the footprint counts by it).
+  static size_t bytes_for(const WireFormat& f, size_t n, size_t count) {
+    return (values_bytes(f, n) + 4 * f.groups(n)) * count;
+  }
   // Bytes of one block on the wire.
   size_t record_bytes() const { return record_; }
   size_t size_bytes() const { return words_.size() * 4; }
@@ -50,6 +54,7 @@ class WireBlocks {
   }
 
  private:
+  static size_t values_bytes(const WireFormat& f, size_t n) { return (f.bytes(n) + 3) / 4 * 4; }
   size_t values_ = 0, groups_ = 0, record_ = 0;
   std::vector<float> words_;  // float storage keeps every record's scales 4-byte aligned
 };

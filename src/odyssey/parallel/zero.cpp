@@ -43,8 +43,50 @@ nlohmann::json CommTraffic::per_param_json(int64_t params) const {
           {"grads_inter", grads_inter / n}};
 }
 
+ZeroCommSizes::ZeroCommSizes(const ZeroOptions& options, int dp)
+    : opt_(options),
+      dp_(dp),
+      D_(options.comm.node_ranks(dp)),
+      two_level_(options.comm.two_level_grads(D_, dp / D_)),
+      weights_(weight_format(options.comm)),
+      grads_intra_(grad_intra_format(options.comm)),
+      grads_inter_(grad_inter_format(options.comm)) {}
+
+uint64_t ZeroCommSizes::unit_gather_bytes(int64_t shard, int64_t padded, bool forward) const {
+  const bool secondary = opt_.comm.hpz && !forward;
+  const size_t S = size_t(secondary ? secondary_floats(padded) : shard), P = size_t(secondary ? D_ : dp_);
+  if (opt_.comm.weights != WeightComm::none) return quantized_gather_bytes(weights_, S, P);
+  if (opt_.bf16) return (S + S * P) * sizeof(bf16);
+  return 0;
+}
+
+uint64_t ZeroCommSizes::reduction_bytes(int64_t shard) const {
+  if (opt_.comm.grads == GradComm::none) return 0;
+  if (two_level_)
+    return two_level_reduce_scatter_bytes(grads_intra_, grads_inter_, size_t(shard), size_t(D_),
+                                          size_t(dp_ / D_), size_t(opt_.comm.grad_pipeline));
+  return one_level_reduce_scatter_bytes(grads_intra_, size_t(shard), size_t(dp_));
+}
+
+uint64_t ZeroCommSizes::weight_gather_bytes(const Partition& part) const {
+  if (opt_.stage != 1 && opt_.stage != 2) return 0;
+  if (opt_.bf16) return uint64_t(part.local_total() + part.padded_total()) * sizeof(bf16);
+  if (opt_.comm.weights == WeightComm::none) return 0;
+  uint64_t most = 0;
+  for (const Partition::Segment& seg : part.segments())
+    most = std::max<uint64_t>(most, quantized_gather_bytes(weights_, size_t(seg.layout.shard), size_t(dp_)));
+  return most;
+}
+
+uint64_t ZeroCommSizes::collective_peak(const Partition& part) const {
+  uint64_t most = weight_gather_bytes(part);
+  for (const Partition::Segment& seg : part.segments())
+    most = std::max(most, reduction_bytes(seg.layout.shard));
+  return most;
+}
+
 ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& options, const Optimizer& optimizer)
-    : model_(model), dp_(dp), opt_(options), optimizer_(optimizer) {
+    : model_(model), dp_(dp), opt_(options), sizes_(options, dp.size()), optimizer_(optimizer) {
   ODY_CHECK(opt_.stage >= 0 && opt_.stage <= 3, "parallel.zero_stage must be 0, 1, 2 or 3, got {}",
             opt_.stage);
   ODY_CHECK(!model.owns_storage(), "ZeRO: the model must be built without storage (allocate_storage=false)");
@@ -61,8 +103,7 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
   grad_inter_format_ = grad_inter_format(comm);
   if (comm.two_level_grads() || comm.hpz) {
     // Nodes are consecutive blocks of D dp ranks (rank = node·D + local index).
-    const int D = comm.ranks_per_node > 0 ? std::min(comm.ranks_per_node, dp.size()) : dp.size();
-    NodeSplit nodes = split_nodes(dp, D);
+    NodeSplit nodes = split_nodes(dp, comm.node_ranks(dp.size()));
     intra_ = std::move(nodes.intra);
     inter_ = std::move(nodes.inter);
     two_level_grads_ = comm.two_level_grads(intra_->size(), inter_->size());
@@ -89,16 +130,8 @@ ZeroEngine::ZeroEngine(Stage& model, Communicator& dp, const ZeroOptions& option
   if (opt_.stage == 3) {
     gathered_.resize(size_t(table.num_units()));
     schedule_ = model.unit_schedule();
-    forward_uses_.assign(size_t(table.num_units()), {});
+    uses_ = index_unit_uses(schedule_, table.num_units());
     next_forward_.assign(size_t(table.num_units()), 0);
-    backward_use_.assign(size_t(table.num_units()), -1);
-    for (int i = 0; i < int(schedule_.size()); ++i) {
-      const UnitUse& use = schedule_[size_t(i)];
-      if (use.forward)
-        forward_uses_[size_t(use.unit)].push_back(i);
-      else
-        backward_use_[size_t(use.unit)] = i;
-    }
   }
 
   GradSync::Options g;
@@ -133,6 +166,12 @@ void ZeroEngine::track(int64_t delta) {
   if (gathered_bytes_ > peak_gathered_bytes_) peak_gathered_bytes_ = gathered_bytes_;
 }
 
+void ZeroEngine::note_scratch(uint64_t bytes) {
+  uint64_t most = peak_scratch_bytes_.load();
+  while (bytes > most && !peak_scratch_bytes_.compare_exchange_weak(most, bytes)) {
+  }
+}
+
 void ZeroEngine::gather_start(int unit, bool forward) {
   Gathered& g = gathered_[size_t(unit)];
   if (g.buf.size()) return;
@@ -159,12 +198,13 @@ void ZeroEngine::gather_start(int unit, bool forward) {
     // The master shard rounded, gathered as bf16 and widened in acquire (the bf16 model copy of the unit).
     g.send.resize(count);
     g.recv.resize(g.buf.size());
-    track(int64_t((g.send.size() + g.recv.size()) * sizeof(bf16)));
     convert_to_bf16(shard, g.send.data(), count);
     g.request = comm.all_gather_async(g.send.data(), g.recv.data(), count, DType::bf16);
   } else {
     g.request = comm.all_gather_async(shard, g.buf.data(), count, DType::f32);
   }
+  g.wire = g.quantized.scratch_bytes() + (g.send.size() + g.recv.size()) * sizeof(bf16);
+  track(int64_t(g.wire));
 }
 
 Communicator& ZeroEngine::gathers(bool secondary) {
@@ -187,17 +227,17 @@ void ZeroEngine::acquire(int unit) {
   }
   if (g.quantized.active()) g.quantized.finish(g.buf.data());
   add_blocked(waited.seconds(), false);
-  if (g.recv.size()) {
-    convert_to_float(g.recv.data(), g.buf.data(), g.recv.size());
-    track(-int64_t((g.send.size() + g.recv.size()) * sizeof(bf16)));
-    g.send = {}, g.recv = {};
-  }
+  if (g.recv.size()) convert_to_float(g.recv.data(), g.buf.data(), g.recv.size());
+  g.send = {}, g.recv = {};
+  track(-int64_t(g.wire));
+  g.wire = 0;
   if (opt_.comm.hpz && g.forward && !secondary_[size_t(unit)].size()) {
     // Keep my 1/D of the forward-gathered unit until the next optimizer step.
-    const size_t part = g.buf.size() / size_t(intra_->size());
+    const size_t part = size_t(sizes_.secondary_floats(int64_t(g.buf.size())));
     FloatBuffer& sec = secondary_[size_t(unit)];
     sec.resize(part);
     std::copy_n(g.buf.data() + size_t(intra_->rank()) * part, part, sec.data());
+    track(int64_t(sec.bytes()));
   }
 }
 
@@ -208,8 +248,9 @@ void ZeroEngine::release(int unit) {
   g.request.reset();
   if (g.quantized.active()) g.quantized.finish(g.buf.data());
   add_blocked(waited.seconds(), false);
-  track(-int64_t(g.buf.bytes() + (g.send.size() + g.recv.size()) * sizeof(bf16)));
+  track(-int64_t(g.buf.bytes() + g.wire));
   g.send = {}, g.recv = {};
+  g.wire = 0;
   g.buf.resize(0);
 }
 
@@ -218,8 +259,15 @@ void ZeroEngine::release_all() {
   for (int u = 0; u < int(gathered_.size()); ++u) release(u);
 }
 
+void ZeroEngine::drop_secondaries() {
+  for (FloatBuffer& sec : secondary_) {
+    track(-int64_t(sec.bytes()));
+    sec.resize(0);
+  }
+}
+
 int ZeroEngine::forward_use(int unit) const {
-  const std::vector<int>& uses = forward_uses_[size_t(unit)];
+  const std::vector<int>& uses = uses_.forward[size_t(unit)];
   ODY_CHECK(!uses.empty(), "ZeRO-3: unit {} has no forward use in the model's schedule", unit);
   return uses[size_t(next_forward_[size_t(unit)])];
 }
@@ -251,7 +299,7 @@ void ZeroEngine::after_forward(int unit) {
   if (opt_.stage < 3) return;
   const int position = forward_use(unit);
   int& next = next_forward_[size_t(unit)];
-  next = (next + 1) % int(forward_uses_[size_t(unit)].size());
+  next = (next + 1) % int(uses_.forward[size_t(unit)].size());
   // Kept when the unit's next use follows at once (GPT-2's LM head and its backward).
   const bool kept = position + 1 < int(schedule_.size()) && schedule_[size_t(position) + 1].unit == unit;
   if (!kept) release(unit);
@@ -261,7 +309,7 @@ void ZeroEngine::before_backward(int unit) {
   if (opt_.stage == 3) {
     gather_start(unit, false);
     acquire(unit);
-    prefetch_after(backward_use_[size_t(unit)]);
+    prefetch_after(uses_.backward[size_t(unit)]);
   }
   grads_->before_backward(unit);
 }
@@ -283,7 +331,7 @@ void ZeroEngine::load(const float* params, std::span<const float* const> state, 
     part_->dense_to_padded(weights ? weights : params, params_.data());
   if (master_.size()) part_->dense_to_local(params, master_.data());
   if (opt_.bf16 && opt_.stage <= 2) round_bf16_rows(params_.data(), 1, int64_t(params_.size()));
-  for (FloatBuffer& sec : secondary_) sec.resize(0);
+  drop_secondaries();
   // Stage 0's partition is one rank, where local is the whole buffer.
   for (size_t k = 0; k < state_.size(); ++k) {
     if (state.empty())
@@ -388,10 +436,10 @@ RequestPtr ZeroEngine::reduce_scatter_compressed(const float* send, float* recv,
   Communicator* inter = thread_ ? inter_own_.get() : inter_.get();
   auto reduce = [=, this, &dp] {
     if (two_level_grads_)
-      two_level_reduce_scatter(*intra, *inter, grad_intra_format_, grad_inter_format_, send, recv, S, key,
-                               size_t(opt_.comm.grad_pipeline));
+      note_scratch(two_level_reduce_scatter(*intra, *inter, grad_intra_format_, grad_inter_format_, send,
+                                            recv, S, key, size_t(opt_.comm.grad_pipeline)));
     else
-      one_level_reduce_scatter(dp, grad_intra_format_, send, recv, S, key);
+      note_scratch(one_level_reduce_scatter(dp, grad_intra_format_, send, recv, S, key));
   };
   if (thread_) return thread_->run(reduce);
   Timer took;
@@ -443,10 +491,11 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
       const size_t S = size_t(seg.layout.shard);
       const RoundingKey key{opt_.comm.seed, uint32_t(step), uint32_t(r), uint32_t(s), 0};
       if (opt_.comm.weights == WeightComm::qwd) {
-        qwd_all_gather(dp_, weight_format_, master, model, S, key);
+        note_scratch(qwd_all_gather(dp_, weight_format_, master, model, S, key));
       } else {
         QuantizedGather g;
         g.start(dp_, weight_format_, master, S, key);
+        note_scratch(g.scratch_bytes());
         g.finish(model);
       }
     }
@@ -486,7 +535,7 @@ std::vector<ZeroEngine::GradRun> ZeroEngine::reduced_grad_runs() {
 
 void ZeroEngine::step(float lr, int64_t step, float grad_scale) {
   release_all();  // gathered copies go stale with the update
-  for (FloatBuffer& sec : secondary_) sec.resize(0);
+  drop_secondaries();
   const auto& tensors = model_.table().tensors();
   float* grads = opt_.stage == 0 ? grads_->full_grads() : grads_->shard_grads();
   std::vector<float*> state(state_.size());
@@ -518,16 +567,17 @@ void ZeroEngine::gather_bf16_weights_after_step() {
                                             size_t(seg.layout.shard), DType::bf16));
   for (RequestPtr& q : requests) q->wait();
   convert_to_float(recv.data(), params_.data(), recv.size());
+  note_scratch((send.size() + recv.size()) * sizeof(bf16));
 }
 
 MemoryReport ZeroEngine::memory() const {
   MemoryReport r;
   r.params = params_.bytes() + master_.bytes();
-  for (const FloatBuffer& sec : secondary_) r.params += sec.bytes();
   r.grads = grads_->grad_bytes();
   for (const FloatBuffer& st : state_) r.optimizer += st.bytes();
   r.activations = model_.activation_bytes();
-  r.comm_buffers = uint64_t(peak_gathered_bytes_) + grads_->peak_buffer_bytes();
+  // (hpZ's secondary shards are counted with the gathered units: they live from a forward to the step.)
+  r.comm_buffers = uint64_t(peak_gathered_bytes_) + grads_->peak_buffer_bytes() + peak_scratch_bytes();
   return r;
 }
 

@@ -31,6 +31,7 @@
 // to a multiple of dp. Ψ_pad = Σ padded segment sizes is what the bytes theory uses.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -62,6 +63,36 @@ struct ZeroOptions {
   // master weights, rounded (RNE) after every step; every weight gather carries bf16 (ZeRO 1-2 after the
   // step, ZeRO-3 per unit: half the bytes), gradients stay fp32 and are reduced in fp32.
   bool bf16 = false;
+};
+
+// What a ZeRO engine's collectives hold beside its state, its gathered units and its gradient buckets,
+// from the sizes alone: the engine's buffers follow these rules and the footprint (train/footprint.h)
+// counts by them (tests/train/mpitest_footprint.cpp compares the two).
+class ZeroCommSizes {
+ public:
+  ZeroCommSizes(const ZeroOptions& options, int dp);
+  // ZeRO-3: what a unit gather holds in flight beside the unit's fp32 copy of `padded` floats (from
+  // shards of `shard` floats): qwZ's wire blocks, or bf16's rounded shard and gathered unit. forward
+  // false under hpZ: the gather inside the node from its secondary shards.
+  uint64_t unit_gather_bytes(int64_t shard, int64_t padded, bool forward) const;
+  // hpZ: this rank's part of a unit of `padded` floats, kept from its forward gather to the step.
+  int64_t secondary_floats(int64_t padded) const { return padded / D_; }
+  // A compressed gradient reduce-scatter of a segment with `shard`-float shards: its wire blocks (0
+  // without comm.grads).
+  uint64_t reduction_bytes(int64_t shard) const;
+  // Stages 1-2: the parameter gather after the step at its peak (quantized: one segment at a time; bf16:
+  // the rounded local shard and the gathered model copy at once; fp32: in place, nothing).
+  uint64_t weight_gather_bytes(const Partition& part) const;
+  // The most reduction_bytes over the partition's segments and weight_gather_bytes: one collective's
+  // scratch at a time (the main thread's or the communication thread's).
+  uint64_t collective_peak(const Partition& part) const;
+  bool two_level_grads() const { return two_level_; }
+
+ private:
+  ZeroOptions opt_;
+  int dp_, D_;
+  bool two_level_;
+  WireFormat weights_, grads_intra_, grads_inter_;
 };
 
 // Bus bytes of the last optimizer step (its micro-steps and the update), per rank, by purpose and
@@ -139,6 +170,9 @@ class ZeroEngine : public LayerHooks {
   MemoryReport memory() const;
   // Of memory().comm_buffers: the peak of ZeRO-3's gathered units (the rest is the gradient buckets').
   uint64_t peak_gathered_bytes() const { return uint64_t(peak_gathered_bytes_); }
+  // Of memory().comm_buffers: the most wire buffers one compressed or bf16 collective held (the gradient
+  // reduce-scatters, the parameter gather after the step; ZeroCommSizes::collective_peak).
+  uint64_t peak_scratch_bytes() const { return peak_scratch_bytes_.load(); }
   const Partition& partition() const { return *part_; }
   // This rank's fp32 master state, for checkpoints. Parameters are in the local layout under stage 3
   // and under comm.weights (stages 1-2 keep a separate master shard, the replica being quantized),
@@ -185,6 +219,7 @@ class ZeroEngine : public LayerHooks {
     RequestPtr request;
     QuantizedGather quantized;     // qwZ: in flight instead of request
     std::vector<bf16> send, recv;  // bf16: the shard rounded, the unit as gathered (widened into buf)
+    uint64_t wire = 0;             // of them, the bytes held until the gather completes
     bool forward = false;          // hpZ: a full-group gather whose result seeds the secondary shard
   };
   struct Snapshot {
@@ -206,11 +241,14 @@ class ZeroEngine : public LayerHooks {
   void release(int unit);
   void release_all();  // nothing gathered (stage 3) nor in flight (the after-step gathers) remains
   void wait_weight_gathers() const;
+  void drop_secondaries();
   void track(int64_t delta);
+  void note_scratch(uint64_t bytes);  // a collective's transient wire buffers (any thread)
 
   Stage& model_;
   Communicator& dp_;
   ZeroOptions opt_;
+  ZeroCommSizes sizes_;
   // The communication thread and the communicators only it uses (duplicates of dp, intra_, inter_),
   // declared before everything whose requests run on it, so that those complete before it stops.
   std::unique_ptr<Communicator> dp_own_, intra_own_, inter_own_;
@@ -223,12 +261,14 @@ class ZeroEngine : public LayerHooks {
   std::vector<FloatBuffer> state_;  // per optimizer state: stage 0 full; stages >= 1 local
   std::unique_ptr<GradSync> grads_;
   std::vector<Gathered> gathered_;  // stage 3, per unit
-  // Stage 3: the model's unit schedule; per unit the positions of its forward uses (in order), which
-  // of them comes next, and the position of its backward use.
+  // Stage 3: the model's unit schedule, where each unit is used in it, and per unit which of its
+  // forward uses comes next.
   std::vector<UnitUse> schedule_;
-  std::vector<std::vector<int>> forward_uses_;
-  std::vector<int> next_forward_, backward_use_;
+  UnitUses uses_;
+  std::vector<int> next_forward_;
+  // ZeRO-3's gathered units with their gathers' wire buffers, and hpZ's secondary shards.
   int64_t gathered_bytes_ = 0, peak_gathered_bytes_ = 0;
+  std::atomic<uint64_t> peak_scratch_bytes_{0};  // the most one collective held (ZeroCommSizes)
   // Stages 1-2 on the communication thread: per segment, its after-step all-gather still in flight
   // (empty when none is). Mutable: the replica's accessors complete them before handing it out.
   mutable std::vector<RequestPtr> weight_gathers_;

@@ -28,8 +28,16 @@ void QuantizedGather::finish(float* out) {
   send_ = {}, recv_ = {};
 }
 
-void one_level_reduce_scatter(Communicator& comm, const WireFormat& format, const float* send, float* recv,
-                              size_t S, RoundingKey key) {
+size_t quantized_gather_bytes(const WireFormat& format, size_t S, size_t P) {
+  return WireBlocks::bytes_for(format, S, 1) + WireBlocks::bytes_for(format, S, P);
+}
+
+size_t one_level_reduce_scatter_bytes(const WireFormat& format, size_t S, size_t P) {
+  return 2 * WireBlocks::bytes_for(format, S, P);
+}
+
+size_t one_level_reduce_scatter(Communicator& comm, const WireFormat& format, const float* send, float* recv,
+                                size_t S, RoundingKey key) {
   const size_t P = size_t(comm.size());
   WireBlocks out(format, S, P), in(format, S, P);
   for (size_t t = 0; t < P; ++t) {
@@ -40,6 +48,7 @@ void one_level_reduce_scatter(Communicator& comm, const WireFormat& format, cons
   std::vector<ConstQuantized> parts(P);
   for (size_t j = 0; j < P; ++j) parts[j] = in.cblock(j);
   wire_decode_sum(format, parts, S, recv);
+  return out.size_bytes() + in.size_bytes();
 }
 
 }  // namespace odyssey

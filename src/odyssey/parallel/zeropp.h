@@ -39,8 +39,15 @@ class QuantizedGather {
   RequestPtr request_;
 };
 
-// send: comm.size() · S; recv: S, this rank's shard summed over all ranks.
-void one_level_reduce_scatter(Communicator& comm, const WireFormat& format, const float* send, float* recv,
-                              size_t S, RoundingKey key);
+// What a quantized all-gather of S floats from each of P ranks holds while in flight: its encoded block
+// and the P received (QuantizedGather::scratch_bytes; qwd_all_gather's too, sdp4bit.h).
+size_t quantized_gather_bytes(const WireFormat& format, size_t S, size_t P);
+
+// send: comm.size() · S; recv: S, this rank's shard summed over all ranks. Returns the bytes of wire
+// blocks it held (one_level_reduce_scatter_bytes).
+size_t one_level_reduce_scatter(Communicator& comm, const WireFormat& format, const float* send, float* recv,
+                                size_t S, RoundingKey key);
+// The encoded blocks sent and received: P each.
+size_t one_level_reduce_scatter_bytes(const WireFormat& format, size_t S, size_t P);
 
 }  // namespace odyssey

@@ -36,7 +36,7 @@ StateBytes engine_state_bytes(const ParamTable& table, const ZeroOptions& option
   if ((stage == 1 || stage == 2) && options.comm.weights != WeightComm::none) s.params += f32 * local;
   // bf16: the fp32 master beside the model copy (the copy held as fp32 values today, model/bf16_linears.h).
   if (stage <= 2 && options.bf16) s.params += f32 * local;
-  // (hpZ's secondary shards live from a forward to the next update: none between steps.)
+  // (hpZ's secondary shards live from a forward to the next update: counted with the gathered units.)
   s.grads = (stage >= 2 ? 0 : f32 * padded) + (sharded ? f32 * local : 0);
   s.optimizer = f32 * local * uint64_t(optimizer_states);
   return s;
@@ -97,9 +97,7 @@ struct LayoutSizes {
     // The key/value heads of a tp rank: its share, or the one it holds when they are replicated.
     const int K = c.model.kv_heads(), kv_local = K % t == 0 ? K / t : 1;
     if (sp > 1) {
-      SpAttentionOptions so;
-      so.n_kv_head = kv_local;
-      attention = std::make_unique<SpAttentionSizes>(pc.sp_ulysses, pc.sp_ring, so);
+      attention = std::make_unique<SpAttentionSizes>(pc.sp_ulysses, pc.sp_ring, sp_attention_options(c, t));
     } else {
       attention = std::make_unique<LocalAttention>(kv_local);
     }
@@ -193,10 +191,12 @@ PipelineHoldings replay_pipeline(const std::vector<PipeAction>& actions, const P
 // A ZeRO engine's communication buffers over the chunk's actions (parallel/zero.cpp,
 // parallel/data_parallel.cpp), driven by the hooks the stage calls: ZeRO-3's gathered units (gathered at
 // a use or prefetched at the use before it, released after the use unless the next use is the same
-// unit) and, pooled (ZeRO 2-3), the gradient buckets (held from their first backward use until their
-// reduction completes) and the receive scratch of a micro-step after the step's first. A reduction
-// completes when the engine must wait for it (max_in_flight reached, the micro-step's end): the live
-// engine may complete one earlier, so its buckets are at most these.
+// unit) with their gathers' wire buffers until the use begins, and hpZ's secondary shards (one per unit
+// from its first forward to the step); pooled (ZeRO 2-3), the gradient buckets (held from their first
+// backward use until their reduction completes) and the receive scratch of a micro-step after the
+// step's first; and the most one compressed or bf16 collective holds (ZeroCommSizes::collective_peak).
+// A reduction completes when the engine must wait for it (max_in_flight reached, the micro-step's end):
+// the live engine may complete one earlier, so its buckets are at most these.
 class EngineReplay {
  public:
   EngineReplay(const ParamTable& table, const std::vector<UnitUse>& schedule, const ZeroOptions& options,
@@ -204,27 +204,27 @@ class EngineReplay {
       : part_(table, build_buckets(table, options.stage == 3 ? 0 : int64_t(options.bucket_mb * 1e6)),
               options.stage > 0 ? replicas : 1, options.stage > 0 ? rank : 0, comm_shard_align(options.comm)),
         schedule_(schedule),
+        sizes_(options, replicas),
         stage3_(options.stage == 3),
+        hpz_(options.comm.hpz),
         pooled_(options.stage >= 2),
         every_micro_step_(options.stage >= 2),
         sharded_(options.stage > 0),
         max_in_flight_(options.max_in_flight) {
     const size_t units = size_t(table.num_units());
     gathered_.assign(units, 0);
-    forward_uses_.assign(units, {});
+    uses_ = index_unit_uses(schedule_, table.num_units());
     next_forward_.assign(units, 0);
-    backward_use_.assign(units, -1);
-    for (int i = 0; i < int(schedule_.size()); ++i) {
-      const UnitUse& use = schedule_[size_t(i)];
-      if (use.forward)
-        forward_uses_[size_t(use.unit)].push_back(i);
-      else
-        backward_use_[size_t(use.unit)] = i, first_backward_ = first_backward_ < 0 ? i : first_backward_;
-    }
+    for (int i = 0; i < int(schedule_.size()) && first_backward_ < 0; ++i)
+      if (!schedule_[size_t(i)].forward) first_backward_ = i;
     bucket_.assign(part_.segments().size(), 0);
+    wire_.assign(units, 0);
+    gathered_forward_.assign(units, false);
+    secondary_.assign(units, false);
+    scratch_peak_ = sizes_.collective_peak(part_);
   }
 
-  uint64_t peak() const { return gathered_peak_ + grads_peak_; }
+  uint64_t peak() const { return gathered_peak_ + grads_peak_ + scratch_peak_; }
   uint64_t gathered_peak() const { return gathered_peak_; }
 
   void zero_grad() { shard_written_ = false; }
@@ -246,10 +246,13 @@ class EngineReplay {
   }
 
  private:
-  // The engine between two calls: the units gathered and the buckets pooled (nonzero entries only), the
-  // reductions in flight and the scalars. (next_forward_ is back at 0 after every forward.)
+  // The engine between two calls: the units gathered (with whether for a forward use) and their gathers'
+  // wire buffers, the buckets pooled (nonzero entries only), the reductions in flight and the scalars.
+  // (next_forward_ is back at 0 after every forward. hpZ's secondary shards are not in it: under hpZ
+  // every call is replayed.)
   struct Between {
-    std::vector<std::pair<int, uint64_t>> gathered, buckets, in_flight;
+    std::vector<std::pair<int, uint64_t>> gathered, buckets, in_flight, wire;
+    std::vector<int> gathered_for_forward;
     int64_t gathered_now = 0, grads_now = 0;
     bool reduce_now = true, shard_written = false;
   };
@@ -260,21 +263,32 @@ class EngineReplay {
   static constexpr size_t kMaxReplayed = 64;  // past it calls are replayed, not remembered
 
   Between between() const {
-    Between b{{}, {}, in_flight_, gathered_now_, grads_now_, reduce_now_, shard_written_};
-    for (size_t u = 0; u < gathered_.size(); ++u)
+    Between b{{}, {}, in_flight_, {}, {}, gathered_now_, grads_now_, reduce_now_, shard_written_};
+    for (size_t u = 0; u < gathered_.size(); ++u) {
       if (gathered_[u]) b.gathered.emplace_back(int(u), gathered_[u]);
+      if (gathered_[u] && gathered_forward_[u]) b.gathered_for_forward.push_back(int(u));
+      if (wire_[u]) b.wire.emplace_back(int(u), wire_[u]);
+    }
     for (size_t s = 0; s < bucket_.size(); ++s)
       if (bucket_[s]) b.buckets.emplace_back(int(s), bucket_[s]);
     return b;
   }
   // Whether the engine is in state b: the sums equal and b's entries held, so no other entry is (every
-  // entry is > 0; grads_now_ is the buckets' bytes plus the in-flight scratch).
+  // entry is > 0; gathered_now_ is the gathered units' bytes plus their wire buffers, grads_now_ the
+  // buckets' bytes plus the in-flight scratch).
   bool in(const Between& b) const {
     if (gathered_now_ != b.gathered_now || grads_now_ != b.grads_now || reduce_now_ != b.reduce_now ||
         shard_written_ != b.shard_written || in_flight_ != b.in_flight)
       return false;
     for (const auto& [u, bytes] : b.gathered)
       if (gathered_[size_t(u)] != bytes) return false;
+    for (const auto& [u, bytes] : b.wire)
+      if (wire_[size_t(u)] != bytes) return false;
+    size_t for_forward = 0;
+    for (const auto& [u, bytes] : b.gathered) for_forward += gathered_forward_[size_t(u)] ? 1 : 0;
+    if (for_forward != b.gathered_for_forward.size()) return false;
+    for (int u : b.gathered_for_forward)
+      if (!gathered_forward_[size_t(u)]) return false;
     for (const auto& [s, bytes] : b.buckets)
       if (bucket_[size_t(s)] != bytes) return false;
     return true;
@@ -284,15 +298,19 @@ class EngineReplay {
     for (const Replayed& r : replayed_)
       if (r.call == kind && in(r.before)) {
         for (const auto& [u, bytes] : r.before.gathered) gathered_[size_t(u)] = 0;
+        for (const auto& [u, bytes] : r.before.wire) wire_[size_t(u)] = 0;
         for (const auto& [s, bytes] : r.before.buckets) bucket_[size_t(s)] = 0;
-        for (const auto& [u, bytes] : r.after.gathered) gathered_[size_t(u)] = bytes;
+        for (const auto& [u, bytes] : r.after.gathered)
+          gathered_[size_t(u)] = bytes, gathered_forward_[size_t(u)] = false;
+        for (int u : r.after.gathered_for_forward) gathered_forward_[size_t(u)] = true;
+        for (const auto& [u, bytes] : r.after.wire) wire_[size_t(u)] = bytes;
         for (const auto& [s, bytes] : r.after.buckets) bucket_[size_t(s)] = bytes;
         in_flight_ = r.after.in_flight;
         gathered_now_ = r.after.gathered_now, grads_now_ = r.after.grads_now;
         reduce_now_ = r.after.reduce_now, shard_written_ = r.after.shard_written;
         return;
       }
-    if (replayed_.size() == kMaxReplayed) return run();
+    if (hpz_ || replayed_.size() == kMaxReplayed) return run();
     Replayed r{kind, between(), {}};
     run();
     r.after = between();
@@ -343,35 +361,52 @@ class EngineReplay {
     grads_now_ += delta;
     grads_peak_ = std::max(grads_peak_, uint64_t(grads_now_));
   }
-  void gather(int unit) {
+  void gather(int unit, bool forward) {
     uint64_t& g = gathered_[size_t(unit)];
     if (g) return;
+    const Partition::Segment& seg = part_.segments()[size_t(part_.segment_of_unit(unit))];
     g = padded_bytes(part_.segment_of_unit(unit));
-    gathered(int64_t(g));
+    wire_[size_t(unit)] = sizes_.unit_gather_bytes(seg.layout.shard, seg.layout.padded, forward);
+    gathered_forward_[size_t(unit)] = forward;
+    gathered(int64_t(g + wire_[size_t(unit)]));
+  }
+  // The gather completes: its wire buffers go; hpZ keeps its part of a forward-gathered unit.
+  void acquire(int unit) {
+    gathered(-int64_t(wire_[size_t(unit)]));
+    wire_[size_t(unit)] = 0;
+    if (!hpz_ || !gathered_forward_[size_t(unit)] || secondary_[size_t(unit)]) return;
+    secondary_[size_t(unit)] = true;
+    const int64_t padded = part_.segments()[size_t(part_.segment_of_unit(unit))].layout.padded;
+    gathered(int64_t(uint64_t(sizes_.secondary_floats(padded)) * dtype_size(DType::f32)));
   }
   void release(int unit) {
-    gathered(-int64_t(gathered_[size_t(unit)]));
+    gathered(-int64_t(gathered_[size_t(unit)] + wire_[size_t(unit)]));
     gathered_[size_t(unit)] = 0;
+    wire_[size_t(unit)] = 0;
   }
   void prefetch_after(int position) {
-    if (position + 1 < int(schedule_.size())) gather(schedule_[size_t(position) + 1].unit);
+    if (position + 1 < int(schedule_.size())) {
+      const UnitUse& next = schedule_[size_t(position) + 1];
+      gather(next.unit, next.forward);
+    }
   }
-  int forward_use(int unit) const { return forward_uses_[size_t(unit)][size_t(next_forward_[size_t(unit)])]; }
+  int forward_use(int unit) const { return uses_.forward[size_t(unit)][size_t(next_forward_[size_t(unit)])]; }
   void before_forward(int unit) {
     if (!stage3_) return;
-    gather(unit);
+    gather(unit, true);
+    acquire(unit);
     prefetch_after(forward_use(unit));
   }
   void after_forward(int unit) {
     if (!stage3_) return;
     const int position = forward_use(unit);
     int& next = next_forward_[size_t(unit)];
-    next = (next + 1) % int(forward_uses_[size_t(unit)].size());
+    next = (next + 1) % int(uses_.forward[size_t(unit)].size());
     const bool kept = position + 1 < int(schedule_.size()) && schedule_[size_t(position) + 1].unit == unit;
     if (!kept) release(unit);
   }
   void before_backward(int unit) {
-    if (stage3_) gather(unit), prefetch_after(backward_use_[size_t(unit)]);
+    if (stage3_) gather(unit, false), acquire(unit), prefetch_after(uses_.backward[size_t(unit)]);
     if (!pooled_) return;
     const int s = part_.segment_of_unit(unit);
     if (bucket_[size_t(s)]) return;
@@ -406,17 +441,20 @@ class EngineReplay {
 
   Partition part_;
   std::vector<UnitUse> schedule_;
-  bool stage3_, pooled_, every_micro_step_, sharded_;
+  ZeroCommSizes sizes_;
+  bool stage3_, hpz_, pooled_, every_micro_step_, sharded_;
   int max_in_flight_;
   std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
-  std::vector<std::vector<int>> forward_uses_;
-  std::vector<int> next_forward_, backward_use_;
+  std::vector<uint64_t> wire_;      // per unit: its gather's wire buffers (until the gather completes)
+  std::vector<bool> gathered_forward_, secondary_;  // per unit: gathered for a forward use; hpZ's shard held
+  UnitUses uses_;
+  std::vector<int> next_forward_;
   int first_backward_ = -1;                          // the schedule's first backward use (a loss begins it)
   std::vector<uint64_t> bucket_;                     // per segment: its pooled bucket's bytes (0: none)
   std::vector<std::pair<int, uint64_t>> in_flight_;  // reductions launched: (segment, scratch bytes)
   bool reduce_now_ = true, shard_written_ = false;
   int64_t gathered_now_ = 0, grads_now_ = 0;
-  uint64_t gathered_peak_ = 0, grads_peak_ = 0;
+  uint64_t gathered_peak_ = 0, grads_peak_ = 0, scratch_peak_ = 0;
   std::vector<Replayed> replayed_;
 };
 
@@ -425,7 +463,8 @@ class EngineReplay {
 std::pair<uint64_t, uint64_t> replay_engines(const LayoutSizes& L, const RankPlace& place,
                                              const std::vector<ChunkSizes>& chunks) {
   const RunConfig& c = L.c;
-  const ZeroOptions zo = zero_options(c);
+  ZeroOptions zo = zero_options(c);
+  zo.comm.ranks_per_node = place.replicas_on_node;  // as the layout builder's zero_options(config, grid)
   const char* tied = L.arch.tied_head(c.model);
   std::vector<EngineReplay> engines;
   for (const ChunkSizes& cs : chunks)
@@ -450,6 +489,21 @@ std::pair<uint64_t, uint64_t> replay_engines(const LayoutSizes& L, const RankPla
   uint64_t total = 0, gathered = 0;
   for (const EngineReplay& e : engines) total += e.peak(), gathered += e.gathered_peak();
   return {total, gathered};
+}
+
+// The tensor-parallel linears' scratch (TensorParallelLinears::bytes_for): the widest call is the
+// attention segment's, which under TP-SP runs over every token of the group (model/query_chunks.h: its
+// rows are not chunked); Domino's second slot of partial sums over a half's rows (of the tp group under
+// TP-SP).
+uint64_t tp_linears_bytes(const LayoutSizes& L) {
+  if (L.split.t == 1) return 0;
+  const int C = L.c.model.d_model;
+  uint64_t bytes = TensorParallelLinears::bytes_for(int64_t(L.B) * L.T, C, L.split);
+  if (L.split.overlap) {
+    const int64_t half = int64_t(L.c.layer_chunk_rows()) * (L.split.sequence_parallel ? L.split.t : 1);
+    bytes += TensorParallelLinears::overlap_bytes_for(half, C, L.split);
+  }
+  return bytes;
 }
 
 RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, CheckpointPolicy policy) {
@@ -483,11 +537,7 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
   for (const ChunkSizes& cs : chunks)
     attention_scratch = std::max<uint64_t>(attention_scratch, cs.memory.attention_scratch);
   f.activations = held.peak + attention_scratch + gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim()));
-  // Domino's second reduction in flight: its partial sums over a half's rows (of the tp group under TP-SP).
-  if (L.split.overlap) {
-    const int64_t half = int64_t(c.layer_chunk_rows()) * (L.split.sequence_parallel ? L.split.t : 1);
-    f.activations += TensorParallelLinears::overlap_bytes_for(half, mc.d_model, L.split);
-  }
+  f.activations += tp_linears_bytes(L);
   for (size_t i = 0; i < chunks.size(); ++i) f.offload += chunks[i].memory.offload * uint64_t(held.slots[i]);
   // What MPI's reductions hold while they run (MpiCommunicator::transient_bytes): one at a time on each
   // thread that runs them: this one, Domino's, ZeRO's (the footprint assumes MPI_THREAD_MULTIPLE).

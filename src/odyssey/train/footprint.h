@@ -12,11 +12,14 @@
 //   split and the sequence-parallel attention's sizes (SpAttentionSizes, parallel/usp_attention.h); the
 //   pipeline's action table of this rank replayed as the runner holds them (micro-batch stages in
 //   flight with their received hidden states and gradients, zb1's deferred weight-GEMM operands), plus
-//   the attention op's scratch, the GEMMs' scratch and Domino's second partial-sum slot;
+//   the attention op's scratch (with its bf16 messages), the GEMMs' scratch and the tensor-parallel
+//   linears' (TP-SP's gathered inputs and partial sums, Domino's second slot);
 // - communication buffers: each engine's hooks replayed over the same table: ZeRO-3's gathered units
-//   (prefetch and release follow the stage's unit schedule) and the pooled gradient buckets with their
-//   receive scratch (ZeRO 2-3; a bound: a reduction counts as in flight until the engine must wait for
-//   it), plus what MPI's reductions hold while they run;
+//   with their gathers' wire buffers (qwZ, bf16) and hpZ's secondary shards (prefetch and release
+//   follow the stage's unit schedule), the pooled gradient buckets with their receive scratch (ZeRO 2-3;
+//   a bound: a reduction counts as in flight until the engine must wait for it), the most one
+//   compressed or bf16 collective holds (ZeroCommSizes, parallel/zero.h), plus what MPI's reductions
+//   hold while they run;
 // - offload: the disk tier's file of each activation set the runner keeps.
 #pragma once
 
@@ -55,7 +58,8 @@ struct RankFootprint {
   StateBytes state;
   uint64_t activations = 0;     // peak of the step's activations and their working buffers
   uint64_t comm_buffers = 0;    // peak of the engines' buffers, and the reductions' transient
-  uint64_t gathered_units = 0;  // of comm_buffers: the peak of ZeRO-3's gathered units
+  uint64_t gathered_units = 0;  // of comm_buffers: the peak of ZeRO-3's gathered units (with their
+                                // gathers' wire buffers) and hpZ's secondary shards
   uint64_t offload = 0;         // memory.tier = disk: the scratch files (on disk, not in RAM)
   uint64_t ram() const { return state.total() + activations + comm_buffers; }
 };

@@ -34,6 +34,18 @@ int replicas_on_node(ProcessGrid& grid) {
   return local;
 }
 
+SpAttentionOptions sp_attention_options(const RunConfig& c, int tp) {
+  SpAttentionOptions so;
+  so.layout = c.parallel.sp_ring_layout;
+  // The key/value heads of this tp rank (its share, or the one it holds when they are replicated).
+  so.n_kv_head = c.model.kv_heads() % tp == 0 ? c.model.kv_heads() / tp : 1;
+  // Query-chunked Ulysses deals the ranks' tokens by chunk; TP-SP runs the attention whole
+  // (model/query_chunks.h).
+  so.chunk_tokens = tp > 1 && c.parallel.tp_sp ? 0 : c.memory.chunk_tokens;
+  so.bf16_wire = c.train.precision == Precision::bf16;
+  return so;
+}
+
 ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid) {
   ZeroOptions zo = zero_options(config);
   const int local = replicas_on_node(grid);
@@ -126,15 +138,8 @@ Layout::Layout(const RunConfig& c, Communicator& w)
     engines.push_back(std::make_unique<ZeroEngine>(*stage, replicas(), zero_options(c, grid), optimizer));
   }
   if (grid.sp().size() > 1) {
-    SpAttentionOptions so;
-    so.layout = c.parallel.sp_ring_layout;
-    // The key/value heads of this tp rank (its share, or the one it holds when they are replicated).
-    so.n_kv_head = c.model.kv_heads() % tp.size() == 0 ? c.model.kv_heads() / tp.size() : 1;
-    // Query-chunked Ulysses deals the ranks' tokens by chunk; TP-SP runs the attention whole
-    // (model/query_chunks.h).
-    so.chunk_tokens = tp.size() > 1 && c.parallel.tp_sp ? 0 : c.memory.chunk_tokens;
-    so.bf16_wire = c.train.precision == Precision::bf16;
-    sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(), so);
+    sp_attention = std::make_unique<SequenceParallelAttention>(grid.sp_ulysses(), grid.sp_ring(),
+                                                               sp_attention_options(c, tp.size()));
     for (auto& stage : stages) stage->set_attention(sp_attention.get());
     shard = sp_attention->shard();
   }
@@ -205,6 +210,13 @@ void Layout::start_offload(uint64_t offload_per_rank) {
 RankPlace Layout::place() {
   return RankPlace{grid.coords().pp, grid.coords().tp, replicas().rank(), replicas().size(),
                    replicas_on_node(grid)};
+}
+
+const RankFootprint& Layout::footprint(CheckpointPolicy checkpoint) {
+  auto it = footprints_.find(checkpoint);
+  if (it == footprints_.end())
+    it = footprints_.emplace(checkpoint, rank_footprint(config, place(), checkpoint)).first;
+  return it->second;
 }
 
 uint64_t Layout::reduction_transient_bytes() const {

@@ -10,6 +10,7 @@
 // path whatever the layout (train/train_step.h, train/evaluate.h, train/run_checkpoint.h).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -41,6 +42,10 @@ std::vector<std::pair<int, int>> stage_ranges(const RunConfig& config);
 // runs 1F1B (one micro-batch in flight, each forward followed by its backward) whatever pp_schedule says.
 PipelineShape pipeline_shape(const RunConfig& config, int dp);
 PipelineSchedule pipeline_schedule(const RunConfig& config);
+
+// The sequence-parallel attention's options on a tp rank of `tp` (the op the builder installs and the
+// sizes the footprint counts).
+SpAttentionOptions sp_attention_options(const RunConfig& config, int tp);
 
 // ZeRO's view of the [parallel] and [comm] keys on this grid.
 ZeroOptions zero_options(const RunConfig& config, ProcessGrid& grid);
@@ -84,6 +89,9 @@ struct Layout {
   bool root() const { return world.rank() == 0; }
   // This rank's place in the layout, as the footprint takes it (train/footprint.h).
   RankPlace place();
+  // rank_footprint(config, place(), checkpoint), computed once per policy: the layout does not change,
+  // and the live memory report asks it every step.
+  const RankFootprint& footprint(CheckpointPolicy checkpoint);
   // The stages' memory options under a policy; the disk tier's files go to this rank's own directory
   // once it exists (start_offload), memory.offload_dir until then (only sized, never written).
   MemoryOptions memory_options(CheckpointPolicy checkpoint) const;
@@ -99,6 +107,7 @@ struct Layout {
 
  private:
   void build_pipeline();
+  std::map<CheckpointPolicy, RankFootprint> footprints_;  // footprint()'s, by policy
 };
 
 }  // namespace odyssey

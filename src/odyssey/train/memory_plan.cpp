@@ -35,10 +35,10 @@ HostMemoryNeed plan_memory(Layout& layout, uint64_t host_available, bool dry_run
   const TrainConfig& tc = config.train;
   HostMemoryNeed need;
   if (tc.steps == 0 && !dry_run) return need;
-  const RankPlace place = layout.place();
-  // This rank's need under a policy: the footprint (train/footprint.h), nothing read from the layout.
+  // This rank's need under a policy: the footprint (train/footprint.h, kept by the layout for the live
+  // report), nothing read from the built objects.
   auto need_for = [&](CheckpointPolicy policy) {
-    const RankFootprint f = rank_footprint(config, place, policy);
+    const RankFootprint& f = layout.footprint(policy);
     HostMemoryNeed n;
     n.state_per_rank = f.state.total() + f.comm_buffers;
     n.activations_per_rank = f.activations;

@@ -15,8 +15,8 @@ namespace odyssey {
 MemoryReport live_memory(Layout& layout) {
   // The footprint of this rank under the policy its stages run (train/footprint.h): what the engines,
   // the runner and the ops allocate, sized from the config (tests/train/mpitest_footprint.cpp checks it
-  // against their allocations).
-  const RankFootprint f = rank_footprint(layout.config, layout.place(), layout.policy);
+  // against their allocations); computed once per policy by the layout.
+  const RankFootprint& f = layout.footprint(layout.policy);
   MemoryReport memory;
   memory.params = f.state.params, memory.grads = f.state.grads, memory.optimizer = f.state.optimizer;
   memory.activations = f.activations;
