@@ -24,15 +24,27 @@ namespace odyssey {
 
 namespace {
 
-// Median seconds of `reps` calls after one warm-up.
+// Median seconds of one call over `reps` samples after one warm-up. Each sample repeats the call until it
+// spans at least 20 ms, several scheduler time slices: on a shared host a rank sustains its share of the
+// cores over many slices, and a call shorter than one slice (a small GEMM) measured alone runs at the
+// idle core's rate (calibrations at load average 8-20 measured small GEMMs 5x faster than large ones).
+// world: the ranks that call f together (a collective), which must agree on the calls per sample.
 template <typename F>
-double median_seconds(int reps, F&& f) {
+double median_seconds(int reps, F&& f, Communicator* world = nullptr) {
+  constexpr double kWindow = 0.02;
+  Timer first;
   f();
+  int32_t calls = std::clamp(int32_t(std::ceil(kWindow / std::max(first.seconds(), 1e-7))), 1, 100000);
+  if (world) {
+    std::vector<int32_t> all(static_cast<size_t>(world->size()));
+    world->all_gather(&calls, all.data(), 1, DType::i32);
+    calls = *std::max_element(all.begin(), all.end());
+  }
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     Timer timer;
-    f();
-    t.push_back(timer.seconds());
+    for (int c = 0; c < calls; ++c) f();
+    t.push_back(timer.seconds() / calls);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
@@ -43,7 +55,7 @@ GemmRate measure_gemm(int64_t m, int64_t n, int64_t k) {
   for (size_t i = 0; i < a.size(); ++i) a.data()[i] = float(i % 7) * 0.01f;
   for (size_t i = 0; i < b.size(); ++i) b.data()[i] = float(i % 5) * 0.01f;
   const double flop = 2.0 * double(m) * double(n) * double(k);
-  const int reps = std::clamp(int(2e8 / flop), 3, 25);
+  const int reps = 5;
   const double s = median_seconds(reps, [&] {
     gemm(c.data(), a.data(), b.data(), nullptr, int(m), int(n), int(k), false, false, false);
   });
@@ -152,9 +164,10 @@ Cluster calibrate_host(const RunConfig& config, Communicator& world, int ranks_p
     FloatBuffer send(static_cast<size_t>(4) << 20),
         recv(static_cast<size_t>(P) * (static_cast<size_t>(4) << 20));
     for (size_t floats = 1024; floats <= (size_t(4) << 20); floats *= 4) {
-      const double ag =
-          median_seconds(5, [&] { world.all_gather(send.data(), recv.data(), floats, DType::f32); });
-      const double ar = median_seconds(5, [&] { world.all_reduce(send.data(), floats, DType::f32); });
+      const double ag = median_seconds(
+          5, [&] { world.all_gather(send.data(), recv.data(), floats, DType::f32); }, &world);
+      const double ar = median_seconds(
+          5, [&] { world.all_reduce(send.data(), floats, DType::f32); }, &world);
       const double b = double(floats) * 4;
       xs_steps.push_back(P - 1), xs_bytes.push_back(b * (P - 1)), ys.push_back(ag);
       xs_steps.push_back(2.0 * (P - 1)), xs_bytes.push_back(2 * b * (P - 1) / P), ys.push_back(ar);

@@ -111,7 +111,7 @@ nlohmann::json check_layout(const RunConfig& config, Communicator& world) {
   run.log.metrics = dir + "/metrics.jsonl";
   if (run.train.gemm_gflops == 0) run.train.gemm_gflops = 1;  // MFU's rate is not checked; skip measuring it
   // Every call of the compared step, as the metrics' "comm" reports it with the trace on.
-  world.stats().set_trace(true);
+  run.log.comm_trace = true;
   TrainResult result = run_training(run, world);
   world.stats().set_trace(false);
   world.barrier();

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "odyssey/core/error.h"
 #include "odyssey/model/architecture.h"
+#include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/memory_model.h"
 #include "odyssey/plan/stage_cache.h"
@@ -78,12 +81,34 @@ nlohmann::json bytes_json(const std::vector<CommRecord>& records, int64_t params
           {"crossing", {{"intra_per_device", cross_intra}, {"inter_per_node", cross_inter}}}};
 }
 
+// The pipeline stages whose ranks differ: the first, the last, and one middle stage per distinct set of
+// chunk layer counts (middle stages of equal layers issue the same records and compute the same; with
+// pp = 80 the time model runs three stages instead of 80).
+std::vector<int> distinct_stages(const PlanLayout& layout) {
+  const RunConfig& c = layout.config();
+  const int P = layout.dims().pp, v = P > 1 ? c.parallel.pp_virtual : 1;
+  if (P <= 2) return P == 1 ? std::vector<int>{0} : std::vector<int>{0, 1};
+  const auto ranges = stage_layers(c.model.n_layer, P * v, c.parallel.pp_layers);
+  std::set<std::vector<int>> seen;
+  std::vector<int> stages{0};
+  for (int stage = 1; stage < P - 1; ++stage) {
+    std::vector<int> layers;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const auto [begin, end] = ranges[size_t(chunk * P + stage)];
+      layers.push_back(end - begin);
+    }
+    if (seen.insert(layers).second) stages.push_back(stage);
+  }
+  stages.push_back(P - 1);
+  return stages;
+}
+
 }  // namespace
 
 StepTime slowest_step(const PlanLayout& layout, const Cluster& cluster) {
   StepTime worst;
   worst.step_s = -1;
-  for (int stage = 0; stage < layout.dims().pp; ++stage) {
+  for (int stage : distinct_stages(layout)) {
     const int rank = ProcessGrid::rank_of(layout.dims(), GridCoords{0, 0, 0, 0, stage});
     StepTime time = step_time(layout, comm_schedule(layout, rank, false), cluster, rank);
     if (time.step_s > worst.step_s) worst = std::move(time);
@@ -96,7 +121,7 @@ nlohmann::json plan_layout(const PlanLayout& layout, const Cluster& cluster, boo
   nlohmann::json worst;
   double worst_step = -1;
   std::vector<CommRecord> rank0;
-  for (int stage = 0; stage < layout.dims().pp; ++stage) {
+  for (int stage : distinct_stages(layout)) {
     const int rank = ProcessGrid::rank_of(layout.dims(), GridCoords{0, 0, 0, 0, stage});
     const std::vector<CommRecord> records = comm_schedule(layout, rank, false);
     if (rank == 0) rank0 = records;

@@ -172,7 +172,11 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
   const ModelConfig& model = c.model;
   StepTime st;
   const std::string dtype = c.train.precision == Precision::bf16 ? "bf16" : "fp32";
-  const int rpn = layout.ranks_per_node(), m = layout.micro_steps(), pp = c.parallel.pp;
+  const int m = layout.micro_steps(), pp = c.parallel.pp;
+  // The ranks sharing a device's compute: a GPU's one; a CPU host's cores are shared by every rank the
+  // host runs, whatever nodes the layout emulates on it (parallel.ranks_per_node splits only the groups).
+  const int rpn = cluster.device_kind == "cpu" ? (layout.world() + cluster.nodes - 1) / cluster.nodes
+                                               : layout.ranks_per_node();
   const int stage = layout.coords(rank).pp;
   const int layers = (model.n_layer + pp - 1) / pp;
   const bool head = stage == pp - 1;
@@ -320,8 +324,11 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
   // write or accumulate 4) at the memory-bound kernels' bandwidth.
   st.quantize_s = quantized * 12.0 / bw;
 
-  // 1F1B: (p - 1) micro-batch slots of the slowest stage idle (§6.4).
-  st.bubble_s = pp > 1 ? (pp - 1) * (t_f + t_b) : 0.0;
+  // The slowest stage's idle micro-batch slots per schedule (§6.4); zb1's deferred weight gradients are
+  // the backward's dW GEMMs.
+  st.bubble_s =
+      pp > 1 ? pipeline_bubble_seconds(c.parallel.pp_schedule, pp, c.parallel.pp_virtual, t_f, t_b, gemm_f)
+             : 0.0;
   // Optimizer: AdamW over this rank's share of the parameters.
   const double params =
       double(planned_stage(model, StageRange{0, model.n_layer}, TpPiece{c.parallel.tp, 0}).table().total()) /
@@ -340,6 +347,24 @@ StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& reco
   st.mfu = architecture(model.arch).training_flops_per_token(model, int(T)) * st.tokens_per_s /
            (double(layout.world()) * ref);
   return st;
+}
+
+double pipeline_bubble_seconds(PipelineSchedule schedule, int P, int v, double t_f, double t_b, double t_w) {
+  if (P <= 1) return 0.0;
+  switch (schedule) {
+    case PipelineSchedule::interleaved:
+      return (P - 1) * (t_f + t_b) / std::max(1, v);
+    case PipelineSchedule::zb1: {
+      // The deferred W's fill the gaps only as far as they reach: the F's and I's still cross the
+      // P - 1 stages one after the other (the engine's simulation of the table, tests/plan).
+      const double t_i = t_b - t_w;
+      return (P - 1) * std::max({t_f, t_i, t_f + t_i - t_w});
+    }
+    case PipelineSchedule::gpipe:
+    case PipelineSchedule::one_f_one_b:
+      break;
+  }
+  return (P - 1) * (t_f + t_b);
 }
 
 nlohmann::json StepTime::to_json() const {

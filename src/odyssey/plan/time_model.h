@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "odyssey/parallel/pipeline_schedule.h"
 #include "odyssey/plan/byte_model.h"
 #include "odyssey/plan/cluster.h"
 #include "odyssey/plan/layout.h"
@@ -54,6 +55,14 @@ double collective_seconds(const CommRecord& r, const Cluster& cluster);
 
 StepTime step_time(const PlanLayout& layout, const std::vector<CommRecord>& records, const Cluster& cluster,
                    int rank);
+
+// Seconds the slowest stage idles in one step's pipeline (planner.md §6.4, tensor-pipeline-parallelism.md
+// §3.8), from one micro-batch's forward t_f and backward t_b on a rank (all its chunks), of which t_w
+// are the weight gradients: GPipe and 1F1B (P - 1)(t_f + t_b); interleaved over v chunks per rank
+// (P - 1)(t_f + t_b) / v; zb1 (ZB-H1) fills the bubble with deferred weight gradients,
+// (P - 1) max(t_f, t_i, t_f + t_i - t_w) with t_i = t_b - t_w (the spec's (P - 1)(t_f + t_i - t_w) when
+// t_w <= min(t_f, t_i)). m >= P (the regime the engine's schedules run).
+double pipeline_bubble_seconds(PipelineSchedule schedule, int P, int v, double t_f, double t_b, double t_w);
 
 // FLOP/s of one GEMM shape per rank on the cluster: measured rates (nearest shapes in log space) or the
 // declared peak times its efficiency step function. `how` says which.

@@ -322,6 +322,10 @@ const std::map<std::string, Key>& keys() {
               "metrics file, one JSON line per logged step (empty: `<checkpoint.dir>/metrics.jsonl`)"),
       ODY_KEY("log.every", int64_t, log.every,
               "log a metrics line every N steps (and at validations and the last step)"),
+      ODY_KEY("log.comm_trace", bool, log.comm_trace,
+              "record every collective call of a step (group, kind, level, count, dtype, bus bytes) in its "
+              "metrics line's `comm.trace`, as `ODYSSEY_COMM_TRACE=1` does; what `odyssey plan --check` "
+              "compares with the plan"),
   };
   return table;
 }
@@ -480,8 +484,11 @@ void RunConfig::validate(int world_size) const {
             p.zero_stage);
   if (p.tp > 1) {
     // Every tensor must split over tp (heads, widths; the table names the tensor and the key), and
-    // under TP-SP each micro-batch's tokens on a rank into tp slices.
-    (void)ParamTable(model).tensor_parallel(p.tp, 0);
+    // under TP-SP each micro-batch's tokens on a rank into tp slices. The layers' tensors are alike: a
+    // one-layer table decides (the planner's search validates thousands of layouts of an 80-layer model).
+    ModelConfig one_layer = model;
+    one_layer.n_layer = 1;
+    (void)ParamTable(one_layer).tensor_parallel(p.tp, 0);
     const int64_t tokens = int64_t(t.micro_batch) * seq_len() / (p.sp_ulysses * p.sp_ring);
     ODY_CHECK(!p.tp_sp || tokens % p.tp == 0,
               "parallel.tp_sp: a micro-batch's {} tokens per rank (train.micro_batch x train.seq_len / "

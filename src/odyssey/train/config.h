@@ -127,6 +127,7 @@ struct MemoryConfig {
 struct LogConfig {
   std::string metrics;  // default <checkpoint.dir>/metrics.jsonl
   int64_t every = 1;
+  bool comm_trace = false;  // every collective call in the step's metrics "comm.trace" (CommStats)
 };
 
 struct RunConfig {

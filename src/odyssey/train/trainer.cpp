@@ -256,6 +256,7 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
             : "");
   }
   Layout& layout = *built;
+  if (config.log.comm_trace) world.stats().set_trace(true);  // each step's calls in its metrics
   const bool root = layout.root();
   std::string auto_note;
   const HostMemoryNeed need = plan_memory(layout, host_available, dry_run, &auto_note);
