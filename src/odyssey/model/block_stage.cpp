@@ -62,8 +62,9 @@ void BlockActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
       kept.allocated_for(memory) && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
       split.sequence_parallel == split_.sequence_parallel && query_chunks == query_chunks_ &&
-      !kept.layers.empty())
+      bf16 == memory.bf16 && !kept.layers.empty())
     return;
+  bf16 = memory.bf16;
   B = B_, T = T_, range = range_, split = split_, shared_qkv = shared_qkv_, head_chunk = chunk,
   layer_chunk = memory.chunk_tokens, kept.policy = memory.checkpoint, query_chunks = query_chunks_;
   const BlockDims d = spec->dims(c, split);
@@ -73,11 +74,12 @@ void BlockActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
   const LayerGroups groups = layer_groups(kept.policy, rc.chunk_rows(), query_chunks);
-  for (auto& l : kept.layers) l.allocate(*spec, d, B, T, !shared_qkv, groups.kept, split);
+  for (auto& l : kept.layers) l.allocate(*spec, d, B, T, !shared_qkv, groups.kept, split, bf16);
   kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = {};
-  if (groups.has_work) kept.work.allocate(*spec, d, B, T, !shared_qkv, groups.work, split);
+  if (groups.has_work) kept.work.allocate(*spec, d, B, T, !shared_qkv, groups.work, split, bf16);
   scratch.allocate(d, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
+  scratch.wide.fit(kept.layers.empty() ? kept.work : kept.layers[0], kept.work);
   // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
   for_each_own_buffer(*spec, c, range, B, T, memory, split, vocab_rows,
                       [this](auto m, size_t n) { (this->*m).resize(n); });
@@ -106,8 +108,11 @@ size_t BlockActivations::bytes_for(const BlockSpec& spec, const ModelConfig& c, 
                R = size_t(split.rows(int64_t(N)));
   const LayerGroups groups =
       layer_groups(memory.checkpoint, q.rows(int(R), memory.chunk_tokens, T).chunk_rows(), q);
-  return L * BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.kept, split) +
-         (groups.has_work ? BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.work, split) : 0) +
+  const bool bf16 = memory.bf16;
+  const LayerRows none{0, 0, false, false}, work = groups.has_work ? groups.work : none;
+  return L * BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.kept, split, bf16) +
+         (groups.has_work ? BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.work, split, bf16) : 0) +
+         BlockWide::bytes_for(spec, d, B, T, !shared_qkv, L ? groups.kept : none, work, split, bf16) +
          kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
          BlockScratch::bytes_for(d, B, T, shared_qkv, true, memory.chunk_tokens, split, q) +
          listed_bytes(

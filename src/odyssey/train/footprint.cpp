@@ -106,7 +106,8 @@ struct LayoutSizes {
   }
 
   MemoryOptions memory(CheckpointPolicy policy) const {
-    return MemoryOptions{policy, c.memory.head_chunk_tokens, c.layer_chunk_rows(), c.memory.tier, ""};
+    return MemoryOptions{policy, c.memory.head_chunk_tokens,          c.layer_chunk_rows(), c.memory.tier,
+                         "",     c.train.precision == Precision::bf16};  // bf16: 2-byte activations
   }
   StageRange range(int chunk, int pp) const {
     const auto [begin, end] = ranges[size_t(chunk * shape.P + pp)];
@@ -201,9 +202,11 @@ class EngineReplay {
         pooled_(options.stage >= 2),
         every_micro_step_(options.stage >= 2),
         sharded_(options.stage > 0),
+        bf16_(options.bf16),
         max_in_flight_(options.max_in_flight) {
     const size_t units = size_t(table.num_units());
     gathered_.assign(units, 0);
+    receiving_.assign(units, 0);
     forward_uses_.assign(units, {});
     next_forward_.assign(units, 0);
     backward_use_.assign(units, -1);
@@ -268,12 +271,23 @@ class EngineReplay {
   void gather(int unit) {
     uint64_t& g = gathered_[size_t(unit)];
     if (g) return;
-    g = padded_bytes(part_.segment_of_unit(unit));
+    const int s = part_.segment_of_unit(unit);
+    g = padded_bytes(s);
     gathered(int64_t(g));
+    // bf16: the gather moves bf16, its send (the shard) and receive (the unit) buffers held until acquired.
+    if (bf16_) {
+      const Partition::Segment& seg = part_.segments()[size_t(s)];
+      receiving_[size_t(unit)] = uint64_t(seg.layout.shard + seg.layout.padded) * dtype_size(DType::bf16);
+      gathered(int64_t(receiving_[size_t(unit)]));
+    }
+  }
+  void acquire(int unit) {
+    gathered(-int64_t(receiving_[size_t(unit)]));
+    receiving_[size_t(unit)] = 0;
   }
   void release(int unit) {
-    gathered(-int64_t(gathered_[size_t(unit)]));
-    gathered_[size_t(unit)] = 0;
+    gathered(-int64_t(gathered_[size_t(unit)] + receiving_[size_t(unit)]));
+    gathered_[size_t(unit)] = 0, receiving_[size_t(unit)] = 0;
   }
   void prefetch_after(int position) {
     if (position + 1 < int(schedule_.size())) gather(schedule_[size_t(position) + 1].unit);
@@ -281,7 +295,7 @@ class EngineReplay {
   int forward_use(int unit) const { return forward_uses_[size_t(unit)][size_t(next_forward_[size_t(unit)])]; }
   void before_forward(int unit) {
     if (!stage3_) return;
-    gather(unit);
+    gather(unit), acquire(unit);
     prefetch_after(forward_use(unit));
   }
   void after_forward(int unit) {
@@ -293,7 +307,7 @@ class EngineReplay {
     if (!kept) release(unit);
   }
   void before_backward(int unit) {
-    if (stage3_) gather(unit), prefetch_after(backward_use_[size_t(unit)]);
+    if (stage3_) gather(unit), acquire(unit), prefetch_after(backward_use_[size_t(unit)]);
     if (!pooled_) return;
     const int s = part_.segment_of_unit(unit);
     if (bucket_[size_t(s)]) return;
@@ -328,9 +342,10 @@ class EngineReplay {
 
   Partition part_;
   std::vector<UnitUse> schedule_;
-  bool stage3_, pooled_, every_micro_step_, sharded_;
+  bool stage3_, pooled_, every_micro_step_, sharded_, bf16_;
   int max_in_flight_;
-  std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
+  std::vector<uint64_t> gathered_;   // per unit: its gathered copy's bytes (0: not held)
+  std::vector<uint64_t> receiving_;  // per unit: bf16 gather buffers held until acquired (0: none)
   std::vector<std::vector<int>> forward_uses_;
   std::vector<int> next_forward_, backward_use_;
   std::vector<uint64_t> bucket_;                     // per segment: its pooled bucket's bytes (0: none)
