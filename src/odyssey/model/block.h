@@ -97,6 +97,12 @@ struct BlockShape {
 
 using Bf16Buffer = AlignedBuffer<bf16>;
 
+// Which of the tensors the bf16 policy rounds a layer holds in 2 bytes (BlockActs' *_h): none (fp32,
+// and every layer under train.precision = fp32), all six, or only the attention output (the working
+// layer of keep_attention, which exchanges it with the kept layers: the working layer computes in fp32
+// buffers of its own, so 2-byte ones would only add the fp32 copy a call computes on).
+enum class Bf16Held { none, all, attention };
+
 // One layer's activations for B rows of T tokens (N = B*T), kept for its backward. Buffers may be larger
 // than a call needs (the KV cache sizes them for its whole context once). The token-local buffers hold
 // all N rows (kept for backward) or one chunk (recomputed per chunk): LayerRows says which, for the
@@ -118,12 +124,12 @@ struct BlockActs {
   Bf16Buffer norm1_h, qkv_h, atty_h, norm2_h, up_h, act_h;
 
   void allocate(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                const LayerRows& rows = {}, const TpSplit& tp = {}, bool bf16 = false);
+                const LayerRows& rows = {}, const TpSplit& tp = {}, Bf16Held bf16 = Bf16Held::none);
   size_t bytes() const;  // attention's saved tensors included
   // What allocate(spec, d, B, T, keep_qkv, rows, tp, bf16) holds (the attention's saved tensors not
   // included).
   static size_t bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                          const LayerRows& rows = {}, const TpSplit& tp = {}, bool bf16 = false);
+                          const LayerRows& rows = {}, const TpSplit& tp = {}, Bf16Held bf16 = Bf16Held::none);
   // Exchanges the cheap group (norm1, norm2, act) with another layer's: the cheap policy's layers borrow
   // one chunk's worth from the working layer.
   void swap_cheap(BlockActs& other);
@@ -140,9 +146,10 @@ struct BlockWide {
   // Fits each to the larger of a's and b's bf16 buffer (a kept layer's and the working layer's).
   void fit(const BlockActs& a, const BlockActs& b);
   size_t bytes() const;
-  // What fit() holds for layers allocated with (rows_a, tp, bf16) and (rows_b, tp, bf16).
+  // What fit() holds for layers allocated with (rows_a, tp, held_a) and (rows_b, tp, held_b).
   static size_t bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                          const LayerRows& rows_a, const LayerRows& rows_b, const TpSplit& tp, bool bf16);
+                          const LayerRows& rows_a, Bf16Held held_a, const LayerRows& rows_b, Bf16Held held_b,
+                          const TpSplit& tp);
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's activation

@@ -30,21 +30,23 @@ namespace {
 // Stored (S rows): residual2 [S, C], the norms' statistics [S] (mean: LayerNorm only), up [S G, up].
 // Cheap (R rows): norm1, norm2 [R, C], act [R G, act].
 //
-// Dtypes: every buffer is fp32, but under bf16 the six the policy rounds (norm1, qkv, atty, norm2, up,
-// act) are listed in their 2-byte *_h buffer and their fp32 one with 0 elements (the K/V prefix, the
-// norms' statistics, lse and the residual stream stay fp32). Sizes are elements; bytes follow the type.
+// Dtypes: every buffer is fp32, but the tensors the bf16 policy rounds (norm1, qkv, atty, norm2, up,
+// act) that the layer holds in 2 bytes (bf16: all, or the attention output) are listed in their *_h
+// buffer and their fp32 one with 0 elements (the K/V prefix, the norms' statistics, lse and the residual
+// stream stay fp32). Sizes are elements; bytes follow the type.
 template <typename F>
 void for_each_layer_buffer(bool mean, const BlockDims& d, int B, int T, bool keep_qkv, const LayerRows& rows,
-                           const TpSplit& tp, bool bf16, F&& f) {
+                           const TpSplit& tp, Bf16Held bf16, F&& f) {
   using L = BlockActs;
   const size_t N = size_t(B) * T, C = size_t(d.C), Rn = size_t(tp.rows(int64_t(N))), G = N / Rn;
   const LayerRows::Counts n = rows.counts(N, Rn);
   const size_t S = n.stored, R = n.cheap, Q = n.qkv, A = n.attention,
                K = n.kv;  // K: the K/V prefix's floats per row
   const size_t M = mean ? S : 0;
-  // A tensor the policy rounds: in fp32 or, under bf16, in its 2-byte buffer.
+  // A tensor the policy rounds: in fp32, or in its 2-byte buffer when held so.
   auto rounded = [&](auto fp32, auto half, size_t elements) {
-    f(fp32, bf16 ? 0 : elements), f(half, bf16 ? elements : 0);
+    const bool h = bf16 == Bf16Held::all || (bf16 == Bf16Held::attention && half == &L::atty_h);
+    f(fp32, h ? 0 : elements), f(half, h ? elements : 0);
   };
   rounded(&L::norm1, &L::norm1_h, R * C), f(&L::norm1_mean, M), f(&L::norm1_rstd, S);
   rounded(&L::qkv, &L::qkv_h, keep_qkv ? Q * size_t(d.qkv_width()) : 0);
@@ -94,7 +96,7 @@ void for_each_scratch_buffer(const BlockDims& d, int B, int T, bool shared_qkv, 
 }  // namespace
 
 void BlockActs::allocate(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                         const LayerRows& rows, const TpSplit& tp, bool bf16) {
+                         const LayerRows& rows, const TpSplit& tp, Bf16Held bf16) {
   fit_listed(*this,
              [&](auto f) { for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, bf16, f); });
   attention.reset();  // saved for another shape
@@ -103,12 +105,13 @@ void BlockActs::allocate(const BlockSpec& spec, const BlockDims& d, int B, int T
 // What the buffers hold now (the list at any shape: it visits every buffer at every one), and what the
 // attention op saved for backward (sized by the op, not in the list).
 size_t BlockActs::bytes() const {
-  return held_bytes(*this, [](auto f) { for_each_layer_buffer(true, {}, 1, 1, true, {}, {}, false, f); }) +
+  return held_bytes(*this,
+                    [](auto f) { for_each_layer_buffer(true, {}, 1, 1, true, {}, {}, Bf16Held::none, f); }) +
          (attention ? attention->bytes() : 0);
 }
 
 size_t BlockActs::bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                            const LayerRows& rows, const TpSplit& tp, bool bf16) {
+                            const LayerRows& rows, const TpSplit& tp, Bf16Held bf16) {
   return listed_bytes(
       [&](auto f) { for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, bf16, f); });
 }
@@ -138,15 +141,15 @@ size_t BlockWide::bytes() const {
 
 // Per bf16 buffer the larger of the two layers' elements, in fp32.
 size_t BlockWide::bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                            const LayerRows& rows_a, const LayerRows& rows_b, const TpSplit& tp, bool bf16) {
-  if (!bf16) return 0;
+                            const LayerRows& rows_a, Bf16Held held_a, const LayerRows& rows_b,
+                            Bf16Held held_b, const TpSplit& tp) {
   std::vector<size_t> na, nb;  // the bf16 buffers' elements, in the list's order
-  auto sizes = [&](const LayerRows& rows, std::vector<size_t>& out) {
-    for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, true, [&](auto m, size_t n) {
+  auto sizes = [&](const LayerRows& rows, Bf16Held held, std::vector<size_t>& out) {
+    for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, held, [&](auto m, size_t n) {
       if constexpr (std::is_same_v<decltype(m), Bf16Buffer BlockActs::*>) out.push_back(n);
     });
   };
-  sizes(rows_a, na), sizes(rows_b, nb);
+  sizes(rows_a, held_a, na), sizes(rows_b, held_b, nb);
   size_t bytes = 0;
   for (size_t i = 0; i < na.size(); ++i) bytes += std::max(na[i], nb[i]) * sizeof(float);
   return bytes;
