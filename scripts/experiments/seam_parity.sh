@@ -4,7 +4,8 @@
 # bytes (timings dropped) and the sha256 of every checkpoint tensor file.
 #   seam_parity.sh record DIR   runs them and writes DIR/<run>.{metrics,sums}
 #   seam_parity.sh check DIR    runs them again and diffs against DIR (exit 1 on any difference)
-# Env: ODYSSEY (binary, default build/odyssey).
+# Env: ODYSSEY (binary, default build/odyssey); EXTRA_SET (space-separated KEY=VALUE settings appended to
+# every run's --set list, e.g. EXTRA_SET=train.precision=bf16 for a bf16 baseline; default none).
 set -uo pipefail
 mode="$1"
 base="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
@@ -25,6 +26,10 @@ done
 cfg="$WORK/tiny.toml"
 sed -e "s|cache/brown/bytes|$WORK/shards|g" configs/tiny.toml >"$cfg"
 common=(--set train.steps=6 --set train.threads=1 --set data.shuffle=true --set train.eval_every=3 --set train.eval_rows=8)
+extra=()
+for kv in ${EXTRA_SET:-}; do extra+=(--set "$kv"); done
+bf16=false
+case " ${EXTRA_SET:-} " in *" train.precision=bf16 "*) bf16=true ;; esac
 
 failures=0
 # run NAME NP ARGS...: trains into $WORK/NAME, then records or checks its numbers.
@@ -33,7 +38,7 @@ run() {
   shift 2
   local launch=("$ODYSSEY")
   [ "$np" -gt 1 ] && launch=(mpirun -np "$np" --oversubscribe "$ODYSSEY")
-  "${launch[@]}" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/$name" "$@" \
+  "${launch[@]}" train --config "$cfg" "${common[@]}" --set "checkpoint.dir=$WORK/$name" "$@" "${extra[@]}" \
     >"$WORK/$name.log" 2>&1 || { echo "FAIL $name: exit code ($(tail -n 3 "$WORK/$name.log"))"; failures=$((failures + 1)); return; }
 }
 record() {
@@ -63,9 +68,14 @@ run dp4_zero3 4 --set train.global_batch=4 --set train.micro_batch=1 --set paral
 # Ulysses needs heads divisible by its degree: 4 heads of 10.
 run usp2x2_dp2 8 --set model.n_head=4 --set model.seq_len=40 --set train.global_batch=4 --set train.micro_batch=1 \
   --set parallel.sp_ulysses=2 --set parallel.sp_ring=2 --set parallel.zero_stage=1 && record usp2x2_dp2
-run qwd_tlqhs 4 --set train.global_batch=8 --set train.micro_batch=1 --set parallel.zero_stage=2 \
-  --set comm.weights=qwd --set comm.grads=tlq_hs --set parallel.ranks_per_node=2 --set parallel.bucket_mb=0.05 &&
-  record qwd_tlqhs
+# bf16 refuses compressed communication (comm.weights, comm.grads): skipped in that mode.
+if $bf16; then
+  echo "skip qwd_tlqhs: train.precision=bf16 refuses compressed communication (comm.weights, comm.grads)"
+else
+  run qwd_tlqhs 4 --set train.global_batch=8 --set train.micro_batch=1 --set parallel.zero_stage=2 \
+    --set comm.weights=qwd --set comm.grads=tlq_hs --set parallel.ranks_per_node=2 --set parallel.bucket_mb=0.05 &&
+    record qwd_tlqhs
+fi
 run resume 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 --set train.exit_after=3 &&
   run resume 2 --set train.global_batch=4 --set train.micro_batch=1 --set parallel.zero_stage=3 --set checkpoint.resume=true &&
   record resume
@@ -80,5 +90,15 @@ run pp2x2_interleaved 4 --set model.n_layer=4 --set train.global_batch=8 --set t
   record pp2x2_interleaved
 run tp2_zero1 2 --set model.n_head=4 --set train.global_batch=4 --set train.micro_batch=2 --set parallel.tp=2 \
   --set parallel.zero_stage=1 && record tp2_zero1
+# bf16 only (the fp32 baseline predates them): the memory modes and tensor-parallel variants whose saved
+# activations move between buffers, disk and ranks.
+if $bf16; then
+  run memory_cheap 1 --set memory.checkpoint=cheap && record memory_cheap
+  mkdir -p "$WORK/offload"
+  run memory_disk 1 --set memory.checkpoint=full --set memory.tier=disk --set "memory.offload_dir=$WORK/offload" \
+    --set memory.chunk_tokens=8 && record memory_disk
+  run tp2_sp_domino 2 --set model.n_head=4 --set model.seq_len=36 --set train.global_batch=4 --set train.micro_batch=2 \
+    --set parallel.tp=2 --set parallel.tp_sp=true --set parallel.tp_overlap=domino && record tp2_sp_domino
+fi
 if [ $failures -ne 0 ]; then echo "$failures run(s) failed or differ"; exit 1; fi
 echo "all runs ${mode}ed"

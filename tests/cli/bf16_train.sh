@@ -6,6 +6,7 @@
 #     process's bf16 losses within relative 1e-3 (the bf16 roundings flip with the fp32 summation order);
 #   - ZeRO-3's and ZeRO-1's weight gathers and Ulysses' all-to-alls move bf16: exactly half the bytes of
 #     fp32's; the ring's K|V blocks too, its dK|dV sums in fp32;
+#   - the activations a layer keeps take fewer bytes than fp32's (2-byte buffers), as --dry-run says;
 #   - checkpoints hold the fp32 master: a bf16 run resumes bit for bit, and a run resumes across precisions;
 #   - export --dtype bf16 writes BF16 safetensors (half the bytes) and torch_dtype bfloat16.
 source "$(dirname "$0")/common.sh" "$@"
@@ -77,6 +78,22 @@ mkdir -p "$WORK/offload"
 run_compared mem_disk 1 ref 0 "${common[@]}" "${bf16[@]}" --set memory.checkpoint=full --set memory.tier=disk \
   --set "memory.offload_dir=$WORK/offload"
 run_compared mem_head 1 ref 1e-3 "${common[@]}" "${bf16[@]}" --set memory.head_chunk_tokens=16
+# The activations a layer keeps are held in 2 bytes: the run's activation bytes (the footprint, which
+# mpitest_footprint checks against what is allocated) are what --dry-run says, and at 4 layers (C = 40,
+# 74 tokens) bf16 holds each layer's six rounded tensors (14 C floats a token) at 2 bytes instead of 4,
+# plus one fp32 copy of them a block call computes on: 4 x 74 x 560 x 2 - 74 x 560 x 4 = 165760 bytes
+# fewer than fp32 (at 2 layers the copy eats the saving).
+act_bytes() { grep -oE '"activations":[0-9]+' "$WORK/$1/metrics.jsonl" | tail -n 1 | cut -d: -f2; }
+dry_act() {
+  "$ODYSSEY" train --config "$cfg" "${common[@]}" "$@" --dry-run 2>/dev/null |
+    grep -oE '"activation_bytes_per_rank":[0-9]+' | cut -d: -f2
+}
+d2=$(dry_act "${bf16[@]}") d4=$(dry_act "${bf16[@]}" --set model.n_layer=4) f4=$(dry_act --set model.n_layer=4)
+if [ -n "$d2" ] && [ "$(act_bytes ref)" = "$d2" ] && [ -n "$d4" ] && [ -n "$f4" ] && [ $((f4 - d4)) -eq 165760 ]; then
+  echo "ok: bf16 activations $d2 bytes as --dry-run says; at 4 layers $d4 against fp32's $f4"
+else
+  fail "bf16 activations: run $(act_bytes ref), dry run $d2; at 4 layers bf16 $d4, fp32 $f4 (expected 165760 fewer)"
+fi
 # The metrics say the state's bytes by dtype.
 grep -q '"precision":{"bf16_model_copy_bytes_held_as_f32":[1-9]' "$WORK/ref/metrics.jsonl" ||
   fail "the bf16 metrics do not give the state's bytes by dtype"

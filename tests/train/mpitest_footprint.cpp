@@ -1,7 +1,7 @@
 // The footprint (train/footprint.h) against what a rank really allocates: for every layout of the world
 // size (np 1, 2, 4: dp and ZeRO 0-3, buckets, quantized weights and gradients, hpZ, Ulysses, ring,
 // hybrid, TP, TP-SP, Domino, PP 1F1B / interleaved / zb1, every checkpoint policy, row chunks, the disk
-// tier; GPT-2's tied head, Llama's GQA, Qwen2), each rank builds its part of the run
+// tier; GPT-2's tied head, Llama's GQA, Qwen2; fp32 and bf16), each rank builds its part of the run
 // (train/layout_builder.h), runs one training step on synthetic rows and compares, kind by kind, the
 // pure function at its place with
 // - the state its ZeRO engines allocated (byte for byte);
@@ -139,6 +139,35 @@ const std::vector<Case> kCases = {
     {"pp2_ulysses2_zb1",
      4,
      {"parallel.dp=1", "parallel.pp=2", "parallel.sp_ulysses=2", "parallel.pp_schedule=zb1"}},
+    // train.precision = bf16: the layers hold the policy's bf16 tensors in 2 bytes (model/block.h).
+    {"single_bf16", 1, {"parallel.dp=1", "train.precision=bf16"}},
+    {"single_chunks_bf16",
+     1,
+     {"parallel.dp=1", "memory.chunk_tokens=8", "memory.head_chunk_tokens=8", "train.precision=bf16"}},
+    {"single_llama_chunks_bf16", 1,
+     with({"parallel.dp=1", "memory.chunk_tokens=8", "train.precision=bf16"}, kLlama)},
+    {"dp2_zero3_bf16", 2, {"parallel.dp=2", "parallel.zero_stage=3", "train.precision=bf16"}},
+    {"ulysses2_chunks_bf16",
+     2,
+     {"parallel.dp=1", "parallel.sp_ulysses=2", "memory.chunk_tokens=4", "train.precision=bf16"}},
+    {"ring2_llama_bf16", 2, with({"parallel.dp=1", "parallel.sp_ring=2", "train.precision=bf16"}, kLlama)},
+    {"tp2_sp_chunks_bf16",
+     2,
+     {"parallel.dp=1", "parallel.tp=2", "parallel.tp_sp=true", "memory.chunk_tokens=8",
+      "train.precision=bf16"}},
+    {"tp2_domino_bf16",
+     2,
+     {"parallel.dp=1", "parallel.tp=2", "parallel.tp_sp=true", "parallel.tp_overlap=domino",
+      "parallel.domino_split=tokens", "memory.chunk_tokens=8", "train.precision=bf16"}},
+    {"pp2_tied_bf16", 2, {"parallel.dp=1", "parallel.pp=2", "train.precision=bf16"}},
+    {"hybrid_zero1_bf16",
+     4,
+     {"parallel.dp=1", "parallel.sp_ulysses=2", "parallel.sp_ring=2", "parallel.zero_stage=1",
+      "train.precision=bf16"}},
+    {"pp2v2_tp2_interleaved_bf16",
+     4,
+     {"parallel.dp=1", "parallel.pp=2", "parallel.tp=2", "parallel.pp_virtual=2",
+      "parallel.pp_schedule=interleaved", "model.n_layer=4", "train.precision=bf16"}},
 };
 
 const CheckpointPolicy kPolicies[] = {CheckpointPolicy::none, CheckpointPolicy::cheap,

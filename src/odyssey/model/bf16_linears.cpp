@@ -34,6 +34,16 @@ void Bf16Linears::row_forward(float* y, const float* x_r, const float* W_r, cons
   inner_.row_forward(y, x_r, W_r, b, c);
 }
 
+InFlight Bf16Linears::row_forward_start(float* y, const float* x_r, const float* W_r, const float* b,
+                                        const LinearCall& c, int slot) {
+  return inner_.row_forward_start(y, x_r, W_r, b, c, slot);
+}
+
+InFlight Bf16Linears::column_backward_start(float* dx, float* dW_r, float* db_r, const float* dy_r,
+                                            const float* x, const float* W_r, const LinearCall& c, int slot) {
+  return inner_.column_backward_start(dx, dW_r, db_r, dy_r, x, W_r, c, slot);
+}
+
 // dy is the fp32 residual gradient: the GEMMs read it rounded, the bias gradient sums it as it is (the
 // column sums of the rows this rank holds, as the inner linears would); dx is stored in bf16.
 void Bf16Linears::row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,

@@ -9,9 +9,11 @@
 // fp32: its GEMMs read a rounded copy (the spec's "dres -> bf16" pass), its bias gradient sums the fp32
 // values. Norms, softmax, the loss, the residual stream and every gradient buffer stay fp32.
 //
-// Storage is fp32 holding bf16 values (the spec's §9 emulation, which a bf16 GEMM with fp32 accumulation
-// matches up to summation order; on a host without native bf16 GEMMs, kernels/gemm.h's fallback is
-// exactly this fp32 GEMM of the widened operands). Halving the stored bytes is the next step.
+// The GEMMs run in fp32 on the rounded values (the spec's §9 emulation, which a bf16 GEMM with fp32
+// accumulation matches up to summation order; on a host without native bf16 GEMMs, kernels/gemm.h's
+// fallback is exactly this fp32 GEMM of the widened operands). The activations a layer keeps for its
+// backward are stored in 2 bytes (BlockActs' bf16 buffers, model/block.h) and widened exactly for the
+// calls; the model copy is still fp32 values (parallel/zero.h).
 #pragma once
 
 #include "odyssey/core/buffer.h"
@@ -25,6 +27,7 @@ class Bf16Linears : public LinearOps {
   int tp() const override { return inner_.tp(); }
   int tp_rank() const override { return inner_.tp_rank(); }
   bool sequence_parallel() const override { return inner_.sequence_parallel(); }
+  bool overlaps() const override { return inner_.overlaps(); }
   void store_activation(float* x, int64_t rows, int64_t cols, int64_t ld = 0) override;
 
   void column_forward(float* y_r, const float* x, const float* W_r, const float* b_r,
@@ -35,6 +38,11 @@ class Bf16Linears : public LinearOps {
                    const LinearCall& c) override;
   void row_backward(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r, const float* W_r,
                     const LinearCall& c) override;
+  // Domino's halves (model/domino.h): the inner linears' own, as row_forward and column_backward are.
+  InFlight row_forward_start(float* y, const float* x_r, const float* W_r, const float* b,
+                             const LinearCall& c, int slot) override;
+  InFlight column_backward_start(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
+                                 const float* W_r, const LinearCall& c, int slot) override;
   void column_backward_input(float* dx, float* dW_r, float* db_r, const float* dy_r, const float* x,
                              const float* W_r, const LinearCall& c, DeferredWeightGrads& later) override;
   void row_backward_input(float* dx_r, float* dW_r, float* db, const float* dy, const float* x_r,

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 
+#include "odyssey/core/bf16.h"
 #include "odyssey/core/buffer.h"
 #include "odyssey/model/attention_op.h"
 #include "odyssey/model/config.h"
@@ -94,6 +95,14 @@ struct BlockShape {
   int N() const { return B * T; }
 };
 
+using Bf16Buffer = AlignedBuffer<bf16>;
+
+// Which of the tensors the bf16 policy rounds a layer holds in 2 bytes (BlockActs' *_h): none (fp32,
+// and every layer under train.precision = fp32), all six, or only the attention output (the working
+// layer of keep_attention, which exchanges it with the kept layers: the working layer computes in fp32
+// buffers of its own, so 2-byte ones would only add the fp32 copy a call computes on).
+enum class Bf16Held { none, all, attention };
+
 // One layer's activations for B rows of T tokens (N = B*T), kept for its backward. Buffers may be larger
 // than a call needs (the KV cache sizes them for its whole context once). The token-local buffers hold
 // all N rows (kept for backward) or one chunk (recomputed per chunk): LayerRows says which, for the
@@ -108,16 +117,39 @@ struct BlockActs {
   FloatBuffer up, act;          // [N, up], [N, act]  the MLP's up linear's output and its activation
   FloatBuffer residual3;        // [N, C]  block output
   AttentionSavedPtr attention;  // what the attention op saved for backward (opaque)
+  // bf16 (train.precision = bf16, MemoryOptions::bf16): the tensors the policy rounds to bf16 (norm1,
+  // qkv, atty, norm2, up, act) are held here in 2 bytes each, and their fp32 buffers above are empty. A
+  // block call computes on fp32 copies (BlockWide, in the scratch): widened exactly, narrowed exactly
+  // (the values are bf16 values), so the numbers are those of fp32 buffers holding them.
+  Bf16Buffer norm1_h, qkv_h, atty_h, norm2_h, up_h, act_h;
 
   void allocate(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                const LayerRows& rows = {}, const TpSplit& tp = {});
+                const LayerRows& rows = {}, const TpSplit& tp = {}, Bf16Held bf16 = Bf16Held::none);
   size_t bytes() const;  // attention's saved tensors included
-  // What allocate(spec, d, B, T, keep_qkv, rows, tp) holds (the attention's saved tensors not included).
+  // What allocate(spec, d, B, T, keep_qkv, rows, tp, bf16) holds (the attention's saved tensors not
+  // included).
   static size_t bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                          const LayerRows& rows = {}, const TpSplit& tp = {});
+                          const LayerRows& rows = {}, const TpSplit& tp = {}, Bf16Held bf16 = Bf16Held::none);
   // Exchanges the cheap group (norm1, norm2, act) with another layer's: the cheap policy's layers borrow
   // one chunk's worth from the working layer.
   void swap_cheap(BlockActs& other);
+  // Exchanges the attention's output, lse and saved tensors with another layer's (keep_attention moves
+  // them between the working layer and the kept one).
+  void swap_attention(BlockActs& other);
+};
+
+// The fp32 buffers a block call computes on when its layer holds the bf16 tensors in 2 bytes
+// (BlockActs::*_h): one set per micro-batch (in its scratch), each as large as the layers' bf16 buffer
+// of the same name, lent to the layer for the call (model/block_runner.cpp). Empty under fp32.
+struct BlockWide {
+  FloatBuffer norm1, qkv, atty, norm2, up, act;
+  // Fits each to the larger of a's and b's bf16 buffer (a kept layer's and the working layer's).
+  void fit(const BlockActs& a, const BlockActs& b);
+  size_t bytes() const;
+  // What fit() holds for layers allocated with (rows_a, tp, held_a) and (rows_b, tp, held_b).
+  static size_t bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
+                          const LayerRows& rows_a, Bf16Held held_a, const LayerRows& rows_b, Bf16Held held_b,
+                          const TpSplit& tp);
 };
 
 // Buffers every layer of a micro-batch shares: the qkv when layers keep none, and backward's activation
@@ -132,6 +164,7 @@ struct BlockScratch {
   FloatBuffer dkv;          // query chunks: [N, max(K, C)]
   FloatBuffer dnorm;        // [c, C] (Domino: two chunks')
   FloatBuffer dact, dup;    // [c, act], [c, up]
+  BlockWide wide;           // bf16 layers: the fp32 buffers a call computes on (sized by the stage)
 
   void allocate(const BlockDims& d, int B, int T, bool shared_qkv, bool backward, int chunk = 0,
                 const TpSplit& tp = {}, const QueryChunks& query_chunks = {});

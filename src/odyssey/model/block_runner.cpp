@@ -1,9 +1,11 @@
 #include "odyssey/model/block_runner.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "odyssey/core/error.h"
+#include "odyssey/kernels/bf16_convert.h"
 #include "odyssey/kernels/elementwise.h"
 #include "odyssey/kernels/rope.h"
 #include "odyssey/model/domino.h"
@@ -27,23 +29,41 @@ namespace {
 // Attention: qkv [Q, (H + 2 Hkv) D] (and kv [N, K]), atty [A, H D], lse [A H]; output residual3 [Rn, C].
 // Stored (S rows): residual2 [S, C], the norms' statistics [S] (mean: LayerNorm only), up [S G, up].
 // Cheap (R rows): norm1, norm2 [R, C], act [R G, act].
+//
+// Dtypes: every buffer is fp32, but the tensors the bf16 policy rounds (norm1, qkv, atty, norm2, up,
+// act) that the layer holds in 2 bytes (bf16: all, or the attention output) are listed in their *_h
+// buffer and their fp32 one with 0 elements (the K/V prefix, the norms' statistics, lse and the residual
+// stream stay fp32). Sizes are elements; bytes follow the type.
 template <typename F>
 void for_each_layer_buffer(bool mean, const BlockDims& d, int B, int T, bool keep_qkv, const LayerRows& rows,
-                           const TpSplit& tp, F&& f) {
+                           const TpSplit& tp, Bf16Held bf16, F&& f) {
   using L = BlockActs;
   const size_t N = size_t(B) * T, C = size_t(d.C), Rn = size_t(tp.rows(int64_t(N))), G = N / Rn;
   const LayerRows::Counts n = rows.counts(N, Rn);
   const size_t S = n.stored, R = n.cheap, Q = n.qkv, A = n.attention,
                K = n.kv;  // K: the K/V prefix's floats per row
   const size_t M = mean ? S : 0;
-  f(&L::norm1, R * C), f(&L::norm1_mean, M), f(&L::norm1_rstd, S);
-  f(&L::qkv, keep_qkv ? Q * size_t(d.qkv_width()) : 0);
+  // A tensor the policy rounds: in fp32, or in its 2-byte buffer when held so.
+  auto rounded = [&](auto fp32, auto half, size_t elements) {
+    const bool h = bf16 == Bf16Held::all || (bf16 == Bf16Held::attention && half == &L::atty_h);
+    f(fp32, h ? 0 : elements), f(half, h ? elements : 0);
+  };
+  rounded(&L::norm1, &L::norm1_h, R * C), f(&L::norm1_mean, M), f(&L::norm1_rstd, S);
+  rounded(&L::qkv, &L::qkv_h, keep_qkv ? Q * size_t(d.qkv_width()) : 0);
   f(&L::kv, keep_qkv ? N * K : 0);
-  f(&L::atty, A * size_t(d.attention_width())), f(&L::lse, A * size_t(d.H));
+  rounded(&L::atty, &L::atty_h, A * size_t(d.attention_width())), f(&L::lse, A * size_t(d.H));
   f(&L::residual2, S * C);
-  f(&L::norm2, R * C), f(&L::norm2_mean, M), f(&L::norm2_rstd, S);
-  f(&L::up, S * G * size_t(d.up)), f(&L::act, R * G * size_t(d.act));
+  rounded(&L::norm2, &L::norm2_h, R * C), f(&L::norm2_mean, M), f(&L::norm2_rstd, S);
+  rounded(&L::up, &L::up_h, S * G * size_t(d.up)), rounded(&L::act, &L::act_h, R * G * size_t(d.act));
   f(&L::residual3, rows.output ? Rn * C : 0);
+}
+
+// The bf16 tensors of a layer beside the fp32 buffers a call computes them in: f(fp32 buffer of the
+// layer, its 2-byte buffer, the BlockWide buffer lent for the call) for each.
+template <typename Acts, typename Wide, typename F>
+void for_each_rounded(Acts& a, Wide& w, F&& f) {
+  f(a.norm1, a.norm1_h, w.norm1), f(a.qkv, a.qkv_h, w.qkv), f(a.atty, a.atty_h, w.atty);
+  f(a.norm2, a.norm2_h, w.norm2), f(a.up, a.up_h, w.up), f(a.act, a.act_h, w.act);
 }
 
 // The one place the scratch's sizes are written: calls f(&BlockScratch::buffer, floats) for each buffer
@@ -76,27 +96,63 @@ void for_each_scratch_buffer(const BlockDims& d, int B, int T, bool shared_qkv, 
 }  // namespace
 
 void BlockActs::allocate(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                         const LayerRows& rows, const TpSplit& tp) {
-  fit_listed(*this, [&](auto f) { for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, f); });
+                         const LayerRows& rows, const TpSplit& tp, Bf16Held bf16) {
+  fit_listed(*this,
+             [&](auto f) { for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, bf16, f); });
   attention.reset();  // saved for another shape
 }
 
 // What the buffers hold now (the list at any shape: it visits every buffer at every one), and what the
 // attention op saved for backward (sized by the op, not in the list).
 size_t BlockActs::bytes() const {
-  return held_bytes(*this, [](auto f) { for_each_layer_buffer(true, {}, 1, 1, true, {}, {}, f); }) +
+  return held_bytes(*this,
+                    [](auto f) { for_each_layer_buffer(true, {}, 1, 1, true, {}, {}, Bf16Held::none, f); }) +
          (attention ? attention->bytes() : 0);
 }
 
 size_t BlockActs::bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
-                            const LayerRows& rows, const TpSplit& tp) {
-  return listed_bytes([&](auto f) { for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, f); });
+                            const LayerRows& rows, const TpSplit& tp, Bf16Held bf16) {
+  return listed_bytes(
+      [&](auto f) { for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, bf16, f); });
 }
 
 void BlockActs::swap_cheap(BlockActs& o) {
-  std::swap(norm1, o.norm1);
-  std::swap(norm2, o.norm2);
-  std::swap(act, o.act);
+  std::swap(norm1, o.norm1), std::swap(norm1_h, o.norm1_h);
+  std::swap(norm2, o.norm2), std::swap(norm2_h, o.norm2_h);
+  std::swap(act, o.act), std::swap(act_h, o.act_h);
+}
+
+void BlockActs::swap_attention(BlockActs& o) {
+  std::swap(atty, o.atty), std::swap(atty_h, o.atty_h);
+  std::swap(lse, o.lse);
+  std::swap(attention, o.attention);
+}
+
+void BlockWide::fit(const BlockActs& a, const BlockActs& b) {
+  auto larger = [](const Bf16Buffer& x, const Bf16Buffer& y) { return std::max(x.size(), y.size()); };
+  norm1.fit(larger(a.norm1_h, b.norm1_h)), qkv.fit(larger(a.qkv_h, b.qkv_h)),
+      atty.fit(larger(a.atty_h, b.atty_h));
+  norm2.fit(larger(a.norm2_h, b.norm2_h)), up.fit(larger(a.up_h, b.up_h)), act.fit(larger(a.act_h, b.act_h));
+}
+
+size_t BlockWide::bytes() const {
+  return norm1.bytes() + qkv.bytes() + atty.bytes() + norm2.bytes() + up.bytes() + act.bytes();
+}
+
+// Per bf16 buffer the larger of the two layers' elements, in fp32.
+size_t BlockWide::bytes_for(const BlockSpec& spec, const BlockDims& d, int B, int T, bool keep_qkv,
+                            const LayerRows& rows_a, Bf16Held held_a, const LayerRows& rows_b,
+                            Bf16Held held_b, const TpSplit& tp) {
+  std::vector<size_t> na, nb;  // the bf16 buffers' elements, in the list's order
+  auto sizes = [&](const LayerRows& rows, Bf16Held held, std::vector<size_t>& out) {
+    for_each_layer_buffer(spec.norm.bias, d, B, T, keep_qkv, rows, tp, held, [&](auto m, size_t n) {
+      if constexpr (std::is_same_v<decltype(m), Bf16Buffer BlockActs::*>) out.push_back(n);
+    });
+  };
+  sizes(rows_a, held_a, na), sizes(rows_b, held_b, nb);
+  size_t bytes = 0;
+  for (size_t i = 0; i < na.size(); ++i) bytes += std::max(na[i], nb[i]) * sizeof(float);
+  return bytes;
 }
 
 void BlockScratch::allocate(const BlockDims& d, int B, int T, bool shared_qkv, bool backward, int chunk,
@@ -105,7 +161,8 @@ void BlockScratch::allocate(const BlockDims& d, int B, int T, bool shared_qkv, b
 }
 
 size_t BlockScratch::bytes() const {
-  return held_bytes(*this, [](auto f) { for_each_scratch_buffer({}, 1, 1, true, true, 0, {}, {}, f); });
+  return held_bytes(*this, [](auto f) { for_each_scratch_buffer({}, 1, 1, true, true, 0, {}, {}, f); }) +
+         wide.bytes();
 }
 
 size_t BlockScratch::bytes_for(const BlockDims& d, int B, int T, bool shared_qkv, bool backward, int chunk,
@@ -485,14 +542,51 @@ void Runner::backward(float* dres, BlockActs& a, const float* x, const BlockTens
   });
 }
 
+// A layer holding its rounded tensors in 2 bytes (bf16) computes a block call on the scratch's fp32
+// buffers, lent in place of its empty fp32 ones for the call: widened first when the call reads what
+// an earlier one stored (backward), and what the call computed narrowed back (forward's end). Both
+// conversions are exact, since every value a call leaves there is rounded to bf16 by the policy
+// (LinearOps::store_activation, Bf16Linears): the numbers are those of fp32 buffers holding them. On a
+// layer without bf16 buffers (fp32) nothing is lent.
+class LentWide {
+ public:
+  LentWide(BlockActs& a, BlockWide& w, bool widen) : a_(a), w_(w) {
+    for_each_rounded(a_, w_, [&](FloatBuffer& f, Bf16Buffer& h, FloatBuffer& v) {
+      if (h.size() == 0) return;
+      v.fit(h.size());  // the stage sized it so (BlockWide::fit): kept as it is
+      std::swap(f, v);
+      if (widen) convert_to_float(h.data(), f.data(), h.size());
+    });
+  }
+  void narrow() {
+    for_each_rounded(a_, w_, [](FloatBuffer& f, Bf16Buffer& h, FloatBuffer&) {
+      if (h.size()) convert_to_bf16(f.data(), h.data(), h.size());
+    });
+  }
+  ~LentWide() {
+    for_each_rounded(a_, w_, [](FloatBuffer& f, Bf16Buffer& h, FloatBuffer& v) {
+      if (h.size()) std::swap(f, v);
+    });
+  }
+  LentWide(const LentWide&) = delete;
+  LentWide& operator=(const LentWide&) = delete;
+
+ private:
+  BlockActs& a_;
+  BlockWide& w_;
+};
+
 }  // namespace
 
 void block_forward(const BlockCall& call, BlockActs& a, const float* x, const BlockTensors& w) {
+  LentWide lent(a, call.scratch.wide, false);
   Runner(call).forward(a, x, w);
+  lent.narrow();
 }
 
 void block_backward(const BlockCall& call, float* dres, BlockActs& a, const float* x, const BlockTensors& w,
                     const BlockTensors& g, const Recompute& re) {
+  LentWide lent(a, call.scratch.wide, true);
   Runner(call).backward(dres, a, x, w, g, re);
 }
 

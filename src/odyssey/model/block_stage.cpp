@@ -52,6 +52,14 @@ void for_each_own_buffer(const BlockSpec& spec, const ModelConfig& c, const Stag
   f(&A::final_norm, head ? (spec.norm.bias ? 2 : 1) * C : 0);
 }
 
+// Under bf16 (MemoryOptions::bf16) the kept layers hold the rounded tensors in 2 bytes, the working layer
+// (the recomputing policies') in fp32 but for the attention output keep_attention moves to the kept ones.
+std::pair<Bf16Held, Bf16Held> bf16_held(const MemoryOptions& memory) {
+  if (!memory.bf16) return {Bf16Held::none, Bf16Held::none};
+  return {Bf16Held::all,
+          memory.checkpoint == CheckpointPolicy::keep_attention ? Bf16Held::attention : Bf16Held::none};
+}
+
 }  // namespace
 
 void BlockActivations::allocate(const ModelConfig& c, const StageRange& range_, int B_, int T_,
@@ -62,8 +70,9 @@ void BlockActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   if (B == B_ && T == T_ && range == range_ && shared_qkv == shared_qkv_ && head_chunk == chunk &&
       kept.allocated_for(memory) && layer_chunk == memory.chunk_tokens && split.t == split_.t &&
       split.sequence_parallel == split_.sequence_parallel && query_chunks == query_chunks_ &&
-      !kept.layers.empty())
+      bf16 == memory.bf16 && !kept.layers.empty())
     return;
+  bf16 = memory.bf16;
   B = B_, T = T_, range = range_, split = split_, shared_qkv = shared_qkv_, head_chunk = chunk,
   layer_chunk = memory.chunk_tokens, kept.policy = memory.checkpoint, query_chunks = query_chunks_;
   const BlockDims d = spec->dims(c, split);
@@ -73,11 +82,13 @@ void BlockActivations::allocate(const ModelConfig& c, const StageRange& range_, 
   kept.layers.clear();
   kept.layers.resize(size_t(range.layers()));
   const LayerGroups groups = layer_groups(kept.policy, rc.chunk_rows(), query_chunks);
-  for (auto& l : kept.layers) l.allocate(*spec, d, B, T, !shared_qkv, groups.kept, split);
+  const auto [kept_held, work_held] = bf16_held(memory);
+  for (auto& l : kept.layers) l.allocate(*spec, d, B, T, !shared_qkv, groups.kept, split, kept_held);
   kept.allocate_outputs(range.layers(), rc, C, memory, range.layer_begin, range.embeddings(), dres);
   kept.work = {};
-  if (groups.has_work) kept.work.allocate(*spec, d, B, T, !shared_qkv, groups.work, split);
+  if (groups.has_work) kept.work.allocate(*spec, d, B, T, !shared_qkv, groups.work, split, work_held);
   scratch.allocate(d, B, T, shared_qkv, true, layer_chunk, split, query_chunks);
+  scratch.wide.fit(kept.layers.empty() ? kept.work : kept.layers[0], kept.work);
   // On disk the embeddings write into the kept layer inputs (KeptLayers::embeddings_output).
   for_each_own_buffer(*spec, c, range, B, T, memory, split, vocab_rows,
                       [this](auto m, size_t n) { (this->*m).resize(n); });
@@ -106,8 +117,13 @@ size_t BlockActivations::bytes_for(const BlockSpec& spec, const ModelConfig& c, 
                R = size_t(split.rows(int64_t(N)));
   const LayerGroups groups =
       layer_groups(memory.checkpoint, q.rows(int(R), memory.chunk_tokens, T).chunk_rows(), q);
-  return L * BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.kept, split) +
-         (groups.has_work ? BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.work, split) : 0) +
+  const auto [kept_held, work_held] = bf16_held(memory);
+  const LayerRows none{0, 0, false, false}, work = groups.has_work ? groups.work : none;
+  return L * BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.kept, split, kept_held) +
+         (groups.has_work ? BlockActs::bytes_for(spec, d, B, T, !shared_qkv, groups.work, split, work_held)
+                          : 0) +
+         BlockWide::bytes_for(spec, d, B, T, !shared_qkv, L ? groups.kept : none, kept_held, work, work_held,
+                              split) +
          kept_output_bytes_for(int(L), R * C, memory, range.embeddings()) +
          BlockScratch::bytes_for(d, B, T, shared_qkv, true, memory.chunk_tokens, split, q) +
          listed_bytes(

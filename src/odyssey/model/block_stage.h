@@ -44,6 +44,7 @@ struct BlockActivations : StageActivations {
   StageRange range;                      // the layers held (resolved)
   TpSplit split;                         // how the layers are split over tensor parallelism
   bool shared_qkv = false;               // the attention op saves its own qkv: layers keep none
+  bool bf16 = false;                     // the layers hold the policy's bf16 tensors in 2 bytes
   QueryChunks query_chunks;              // whether the attention runs per query chunk
   IntBuffer tokens, targets, positions;  // [N] (the tensor-parallel group's tokens)
   FloatBuffer encoded;                   // [R, C] the embeddings' output (with the embeddings)

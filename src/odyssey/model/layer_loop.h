@@ -319,9 +319,7 @@ void forward_layers(KeptLayers<LayerActs>& k, const float* input, int first, int
       std::swap(la.residual3, k.output_buffer(i));
       k.keep_output(i);
       if (k.keeps_attention()) {  // moved, not copied: the buffers are the same size
-        std::swap(la.atty, kept.atty);
-        std::swap(la.lse, kept.lse);
-        std::swap(la.attention, kept.attention);
+        la.swap_attention(kept);
       }
       k.work_layer = l;
     }
@@ -341,9 +339,7 @@ void backward_layers(KeptLayers<LayerActs>& k, const float* input, int first, in
     LayerActs& la = k.recomputes_layers() ? k.work : k.layers[size_t(i)];
     if (k.keeps_attention()) {
       LayerActs& kept = k.layers[size_t(i)];
-      std::swap(la.atty, kept.atty);
-      std::swap(la.lse, kept.lse);
-      std::swap(la.attention, kept.attention);
+      la.swap_attention(kept);
     }
     // Recompute from the layer's input with the forward's own calls (same shapes: same bits). The
     // last layer's qkv and attention are still there from the forward, and with a single chunk all

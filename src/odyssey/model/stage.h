@@ -62,6 +62,7 @@ struct MemoryOptions {
   int chunk_tokens = 0;       // rows per token-local chunk of a layer (0: the whole micro-batch)
   MemoryTier tier = MemoryTier::ram;
   std::string offload_dir = "";  // tier disk: the directory of the scratch files (this process's own)
+  bool bf16 = false;  // train.precision = bf16: the layers hold the tensors the policy rounds in 2 bytes
 };
 
 class LayerHooks {

@@ -104,7 +104,8 @@ struct LayoutSizes {
   }
 
   MemoryOptions memory(CheckpointPolicy policy) const {
-    return MemoryOptions{policy, c.memory.head_chunk_tokens, c.layer_chunk_rows(), c.memory.tier, ""};
+    return MemoryOptions{policy, c.memory.head_chunk_tokens,          c.layer_chunk_rows(), c.memory.tier,
+                         "",     c.train.precision == Precision::bf16};  // bf16: 2-byte activations
   }
   StageRange range(int chunk, int pp) const {
     const auto [begin, end] = ranges[size_t(chunk * shape.P + pp)];

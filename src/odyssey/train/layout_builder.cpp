@@ -132,9 +132,9 @@ Layout::Layout(const RunConfig& c, Communicator& w)
   const bool automatic = c.memory.checkpoint == CheckpointPolicy::automatic;
   policy = automatic ? CheckpointPolicy::none : c.memory.checkpoint;
   for (auto& stage : stages) {
-    stage->set_memory(
-        automatic ? MemoryOptions{CheckpointPolicy::none, c.memory.head_chunk_tokens, c.layer_chunk_rows()}
-                  : memory_options(c.memory.checkpoint));
+    MemoryOptions until_resolved{CheckpointPolicy::none, c.memory.head_chunk_tokens, c.layer_chunk_rows()};
+    until_resolved.bf16 = c.train.precision == Precision::bf16;
+    stage->set_memory(automatic ? until_resolved : memory_options(c.memory.checkpoint));
     engines.push_back(std::make_unique<ZeroEngine>(*stage, replicas(), zero_options(c, grid), optimizer));
   }
   if (grid.sp().size() > 1) {
@@ -189,8 +189,12 @@ void Layout::build_pipeline() {
 
 MemoryOptions Layout::memory_options(CheckpointPolicy checkpoint) const {
   const MemoryConfig& m = config.memory;
-  return MemoryOptions{checkpoint, m.head_chunk_tokens, config.layer_chunk_rows(), m.tier,
-                       offload_dir ? offload_dir->path() : m.offload_dir};
+  return MemoryOptions{checkpoint,
+                       m.head_chunk_tokens,
+                       config.layer_chunk_rows(),
+                       m.tier,
+                       offload_dir ? offload_dir->path() : m.offload_dir,
+                       config.train.precision == Precision::bf16};
 }
 
 void Layout::set_memory_policy(CheckpointPolicy checkpoint) {

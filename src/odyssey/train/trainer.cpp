@@ -100,8 +100,8 @@ void log_start(Layout& layout, const std::string& auto_note, double peak_gflops,
       omp_get_max_threads(), peak_gflops, peak_note);
   if (tc.precision == Precision::bf16)
     log_info(
-        "precision: bf16 (fp32 master weights, moments and gradients; a bf16 model copy, GEMM operands and "
-        "stored activations rounded to bf16 and held as fp32 values: fp32 storage and compute, the bf16 "
+        "precision: bf16 (fp32 master weights, moments and gradients; a bf16 model copy and GEMM operands "
+        "rounded to bf16 and held as fp32 values, the stored activations in bf16: fp32 compute, the bf16 "
         "emulation of mixed-precision.md §9); oneDNN bf16 matmul on this CPU: {}; fp32->bf16 conversion: {}",
         gemm_bf16_native() ? "native (not used yet)" : "none (the fallback: bf16 storage, fp32 compute)",
         bf16_convert_path().name);
