@@ -63,8 +63,10 @@ uint64_t tcp_bytes_sent_to_other_hosts() {
   return total;
 }
 
-uint64_t InterNodeSentBytes::all_ranks(const Communicator& world) const {
-  uint64_t mine = tcp_bytes_sent_to_other_hosts() - start_, sum = mine;
+uint64_t InterNodeSentBytes::take(const Communicator& world) {
+  const uint64_t now = tcp_bytes_sent_to_other_hosts();
+  uint64_t mine = now - start_, sum = mine;
+  start_ = now;
   if (const auto* mpi = dynamic_cast<const MpiCommunicator*>(&world))
     MPI_Allreduce(&mine, &sum, 1, MPI_UINT64_T, MPI_SUM, mpi->handle());
   return sum;

@@ -22,12 +22,15 @@ uint64_t tcp_bytes_sent_to_other_hosts();
 // Whether a TCP connection from local to peer leaves the host (the rule above; IPv4 or IPv6).
 bool tcp_peer_on_other_host(const sockaddr_storage& local, const sockaddr_storage& peer);
 
-// A step's inter-host bytes summed over every rank of the job: start() before the step, all_ranks()
-// after it (collective over world, plain MPI so it adds nothing to the step's CommStats).
+// Steps' inter-host bytes summed over every rank of the job: start() before the first step, take()
+// after each (collective over world, plain MPI so it adds nothing to the step's CommStats): what was
+// sent since the last reading, which becomes the next step's start. The readings are back to back, so
+// bytes that a communication thread sends between two steps (ZeRO 1-2's after-step gathers) count in
+// the next step, and the steps' figures add up to the run's.
 class InterNodeSentBytes {
  public:
   void start() { start_ = tcp_bytes_sent_to_other_hosts(); }
-  uint64_t all_ranks(const Communicator& world) const;
+  uint64_t take(const Communicator& world);
 
  private:
   uint64_t start_ = 0;

@@ -166,6 +166,9 @@ class ZeroEngine : public LayerHooks {
   std::vector<GradRun> reduced_grad_runs();
   // The optimizer on this rank's elements, then (stages 1-2) the parameter all-gather.
   void step(float lr, int64_t step, float grad_scale);
+  // Stages 1-2 on the communication thread leave the after-step all-gathers in flight for the next
+  // step's forward to wait for; this completes them now (the last step of a run, which nothing follows).
+  void wait_weight_gathers() const;
 
   MemoryReport memory() const;
   // Of memory().comm_buffers: the peak of ZeRO-3's gathered units (the rest is the gradient buckets').
@@ -240,7 +243,6 @@ class ZeroEngine : public LayerHooks {
   void acquire(int unit);
   void release(int unit);
   void release_all();  // nothing gathered (stage 3) nor in flight (the after-step gathers) remains
-  void wait_weight_gathers() const;
   void drop_secondaries();
   void track(int64_t delta);
   void note_scratch(uint64_t bytes);  // a collective's transient wire buffers (any thread)

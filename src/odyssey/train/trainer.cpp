@@ -166,14 +166,15 @@ bool any_rank_signalled(Communicator& world) {
 }
 
 // One step and its figures (collective: the traffic, peak RSS and pipeline figures are gathered after
-// the step's traffic is read, so they are not counted in it).
+// the step's traffic is read, so they are not counted in it). ZeRO 1-2's after-step gathers on the
+// communication thread finish in the next step, whose time and wire bytes they count in; the run's
+// last step (last) waits for its own, so that the steps' wire bytes add up to the run's.
 StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings, const LrSchedule& schedule,
-                     int64_t step, double flops_per_token, MfuMeter& mfu) {
+                     int64_t step, bool last, InterNodeSentBytes& wire, double flops_per_token,
+                     MfuMeter& mfu) {
   const RunConfig& config = layout.config;
   Communicator& world = layout.world;
-  world.stats().reset();    // the metrics report this step's traffic
-  InterNodeSentBytes wire;  // the bytes the step puts on the links between hosts
-  wire.start();
+  world.stats().reset();  // the metrics report this step's traffic
   Timer timer;
   const OffloadStats io_before = layout.runner->offload();
   StepFigures f;
@@ -183,6 +184,8 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
   if (layout.tp_overlap) layout.tp_overlap->take_times();  // this step's collectives only
   for (auto& engine : layout.engines) engine->take_exposed_comm();
   f.result = train_step(layout.step, *data.train_rows, layout.replicas(), settings, step, f.lr);
+  if (last)
+    for (auto& engine : layout.engines) engine->wait_weight_gathers();
   f.ms = timer.ms();
   f.comm = world.stats().to_json();
   if (layout.tp_overlap) f.overlap = layout.tp_overlap->take_times();
@@ -209,7 +212,7 @@ StepFigures run_step(Layout& layout, RunData& data, const StepSettings& settings
                    {"wire", {{"weight_gathers", "bf16"}, {"sp_activations", "bf16"}, {"grads", "f32"}}}};
   }
   std::tie(f.peak_rss, f.peak_rss_max) = peak_rss(world);
-  f.inter_node_sent = wire.all_ranks(world);
+  f.inter_node_sent = wire.take(world);
   if (layout.shape.P > 1) f.pipeline = pipeline_metrics(layout, f.result, f.ms);
   if (config.memory.tier == MemoryTier::disk) {
     // This step's disk-tier traffic (the counters restart when the activations are re-sized).
@@ -289,8 +292,11 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
   const Progress progress(start_step, end_step);
 
   // Loop: step, record, evaluate, save, and stop (saving) when any rank was signalled.
+  InterNodeSentBytes wire;  // the bytes the steps put on the links between hosts
+  wire.start();
   for (int64_t step = start_step; step < end_step; ++step) {
-    StepFigures f = run_step(layout, data, settings, schedule, step, flops_per_token, mfu);
+    StepFigures f =
+        run_step(layout, data, settings, schedule, step, step + 1 == end_step, wire, flops_per_token, mfu);
     total_tokens_per_s += f.tokens_per_s();
     result.steps = step + 1;
     result.last_loss = f.result.loss;
