@@ -60,10 +60,17 @@ void for_each_layer_buffer(bool mean, const BlockDims& d, int B, int T, bool kee
 
 // The bf16 tensors of a layer beside the fp32 buffers a call computes them in: f(fp32 buffer of the
 // layer, its 2-byte buffer, the BlockWide buffer lent for the call) for each.
+// The one list of them, as members: f(&BlockActs::fp32, &BlockActs::half, &BlockWide::lent).
+template <typename F>
+void for_each_rounded_member(F&& f) {
+  using A = BlockActs;
+  using W = BlockWide;
+  f(&A::norm1, &A::norm1_h, &W::norm1), f(&A::qkv, &A::qkv_h, &W::qkv), f(&A::atty, &A::atty_h, &W::atty);
+  f(&A::norm2, &A::norm2_h, &W::norm2), f(&A::up, &A::up_h, &W::up), f(&A::act, &A::act_h, &W::act);
+}
 template <typename Acts, typename Wide, typename F>
 void for_each_rounded(Acts& a, Wide& w, F&& f) {
-  f(a.norm1, a.norm1_h, w.norm1), f(a.qkv, a.qkv_h, w.qkv), f(a.atty, a.atty_h, w.atty);
-  f(a.norm2, a.norm2_h, w.norm2), f(a.up, a.up_h, w.up), f(a.act, a.act_h, w.act);
+  for_each_rounded_member([&](auto fp32, auto half, auto lent) { f(a.*fp32, a.*half, w.*lent); });
 }
 
 // The one place the scratch's sizes are written: calls f(&BlockScratch::buffer, floats) for each buffer
@@ -129,14 +136,14 @@ void BlockActs::swap_attention(BlockActs& o) {
 }
 
 void BlockWide::fit(const BlockActs& a, const BlockActs& b) {
-  auto larger = [](const Bf16Buffer& x, const Bf16Buffer& y) { return std::max(x.size(), y.size()); };
-  norm1.fit(larger(a.norm1_h, b.norm1_h)), qkv.fit(larger(a.qkv_h, b.qkv_h)),
-      atty.fit(larger(a.atty_h, b.atty_h));
-  norm2.fit(larger(a.norm2_h, b.norm2_h)), up.fit(larger(a.up_h, b.up_h)), act.fit(larger(a.act_h, b.act_h));
+  for_each_rounded_member(
+      [&](auto, auto half, auto lent) { (this->*lent).fit(std::max((a.*half).size(), (b.*half).size())); });
 }
 
 size_t BlockWide::bytes() const {
-  return norm1.bytes() + qkv.bytes() + atty.bytes() + norm2.bytes() + up.bytes() + act.bytes();
+  size_t bytes = 0;
+  for_each_rounded_member([&](auto, auto, auto lent) { bytes += (this->*lent).bytes(); });
+  return bytes;
 }
 
 // Per bf16 buffer the larger of the two layers' elements, in fp32.
