@@ -8,6 +8,10 @@
 #   fp32_zero3   ZeRO-3, fp32 communication
 #   sdp4bit      SDP4Bit: qWD weights + TLq-HS gradients (Hadamard, 8/4-bit two-level), grad_pipeline 8, ZeRO-1
 #   zeropp       ZeRO++: int4 qwZ weights + hpZ + qgZ gradients, ZeRO-3
+#   bf16_zero1   train.precision = bf16 (a bf16 model copy: weights gathered in bf16, gradients
+#                reduced in fp32), ZeRO-1
+#   bf16_zero1_b4  the same with 4 MB gradient buckets
+#   bf16_zero3   bf16, ZeRO-3 (the units gathered in bf16)
 # and once more with all ranks on this host over shared memory and the nodes emulated
 # (parallel.ranks_per_node = 2): the compute-only reference ("shm").
 #
@@ -44,7 +48,7 @@ HOSTS=${HOSTS:-2}
 RATES=${RATES:-"1gbit 100mbit"}
 STEPS=${STEPS:-4}
 DELAY=${DELAY:-}
-LAYOUTS=${LAYOUTS:-"fp32_zero1 fp32_zero3 sdp4bit zeropp"}
+LAYOUTS=${LAYOUTS:-"fp32_zero1 fp32_zero3 sdp4bit zeropp bf16_zero1 bf16_zero3"}
 OVERLAP=${OVERLAP:-auto}
 REPS=${REPS:-1}
 bench_init multinode
@@ -65,8 +69,14 @@ layout_args() {
     fp32_zero3) echo "--set parallel.zero_stage=3" ;;
     sdp4bit) echo "--set parallel.zero_stage=1 --set comm.weights=qwd --set comm.grads=tlq_hs --set comm.grad_pipeline=8" ;;
     zeropp) echo "--set parallel.zero_stage=3 --set comm.weights=int4 --set comm.grads=qgz --set comm.hpz=true" ;;
+    bf16_zero1) echo "--set parallel.zero_stage=1 --set train.precision=bf16" ;;
+    bf16_zero1_b4) echo "--set parallel.zero_stage=1 --set parallel.bucket_mb=4 --set train.precision=bf16" ;;
+    bf16_zero3) echo "--set parallel.zero_stage=3 --set train.precision=bf16" ;;
+    *) echo "multinode: unknown layout '$1'" >&2 && return 1 ;;
   esac
 }
+
+for layout in $LAYOUTS; do layout_args "$layout" >/dev/null || exit 2; done
 
 # record DIR LAYOUT HOSTS RATE OVERLAP REP COMMAND...: the run's JSON line (appended to $OUT and printed).
 record() {
@@ -77,7 +87,9 @@ overlap, rep, command = sys.argv[5], int(sys.argv[6]), " ".join(sys.argv[7:])
 rows = [json.loads(l) for l in open(d + "/metrics.jsonl") if '"step_ms"' in l]
 timed = rows[1:] if len(rows) > 1 else rows  # the first step warms up
 step_ms = statistics.median(r["step_ms"] for r in timed)
-inter = statistics.median(r["comm"].get("inter_node_sent_bytes_all_ranks", 0) for r in timed)
+# The run's mean over every step: with the communication thread a collective's bytes are counted
+# when the thread sends them, so a deferred one can fall into the next step's record (the total holds).
+inter = statistics.mean(r["comm"].get("inter_node_sent_bytes_all_ranks", 0) for r in rows)
 host = json.loads(os.environ["HOST_JSON"])
 out = {"layout": layout, "hosts": hosts, "ranks": 2 * hosts, "link": rate,
        "steps": len(rows), "step_ms": round(step_ms, 1),

@@ -14,10 +14,13 @@ left() {
 }
 
 cluster_up 3 --rate 1gbit
-hosts=$(timeout 60 mpirun "${CLUSTER_ARGS[@]}" -np 3 --map-by node hostname | sort | tr '\n' ' ')
+# Each rank's hostname and address (one launch: each costs seconds here).
+ranks=$(timeout 60 mpirun "${CLUSTER_ARGS[@]}" -np 3 --map-by node \
+  sh -c 'echo "$(hostname) $(ip -4 -o addr show ody0 | awk "{print \$4}")"' | sort)
+hosts=$(awk '{print $1}' <<<"$ranks" | tr '\n' ' ')
 [ "$hosts" = "$CLUSTER_NAME-h0 $CLUSTER_NAME-h1 $CLUSTER_NAME-h2 " ] && echo "ok: one rank on each host: $hosts" ||
   fail "hostnames of the ranks: '$hosts'"
-addrs=$(timeout 60 mpirun "${CLUSTER_ARGS[@]}" -np 3 --map-by node ip -4 -o addr show ody0 | awk '{print $4}' | sort | tr '\n' ' ')
+addrs=$(awk '{print $2}' <<<"$ranks" | sort | tr '\n' ' ')
 want=$(awk '{printf "%s/24 ", $3}' "$CLUSTER_DIR/hosts")
 [ "$addrs" = "$want" ] && echo "ok: addresses $addrs" || fail "addresses: '$addrs', expected '$want'"
 qdisc=$(ip netns exec "$CLUSTER_NAME-h1" tc qdisc show dev ody0)
@@ -47,10 +50,19 @@ source "$ROOT/tests/multihost/common.sh" "\$1" "\$2"
 cluster_up 2
 mpirun "\${CLUSTER_ARGS[@]}" -np 4 "$ODYSSEY" train --config "$cfg" --set train.steps=100000 --set train.micro_batch=1 \\
   --set "checkpoint.dir=$WORK/orphan-\$\$" >/dev/null 2>&1 &
-sleep 3
-[ "\$3" = fail ] && { fail "deliberately"; finish; }
+[ "\$3" = fail ] && { ranks_running \$\$; fail "deliberately"; finish; }
 wait
 CHILD
+# ranks_running PID: waits (up to 30 s) until the 4 ranks of child PID's job run on its hosts.
+ranks_running() {
+  for _ in $(seq 1 300); do
+    [ "$(pgrep -fc "^$ODYSSEY train .*orphan-$1( |$)")" -ge 4 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+export -f ranks_running
+export ODYSSEY
 # common.sh names the child's cluster after its file: mh + "chil".
 for how in fail TERM INT; do
   if [ $how = fail ]; then
@@ -62,7 +74,7 @@ for how in fail TERM INT; do
 for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_DFL)
 os.execvp(sys.argv[1], sys.argv[1:])' bash "$child" "$ODYSSEY" "$ROOT" wait >"$WORK/child_$how.log" 2>&1 &
     pid=$!
-    sleep 5
+    ranks_running $pid || fail "the child's ranks did not start within 30 s: $(tail -n 5 "$WORK/child_$how.log")"
     kill -0 $pid 2>/dev/null || fail "the child test ended before it was interrupted: $(tail -n 5 "$WORK/child_$how.log")"
     kill -$how $pid
     wait $pid

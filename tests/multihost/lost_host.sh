@@ -8,24 +8,21 @@
 # as the same checkpoint resumed at np 2 on this host alone (checkpoint_reshard.sh's path), bit for
 # bit, and within relative 1e-5 of the uninterrupted 4-rank run.
 # Open MPI notices a silent host through the keepalive of its daemons' connections
-# (oob_tcp_keepalive_*, set by scripts/cluster.sh's mpirun_args: probes after 5 s idle, every 2 s,
+# (oob_tcp_keepalive_*, set by scripts/cluster.sh's mpirun_args: probes after 2 s idle, every 1 s,
 # 3 unanswered = lost; the defaults would wait 300 s + 9 x 20 s).
 source "$(dirname "$0")/common.sh" "$@"
 make_shards "$WORK/data"
 cfg="$WORK/tiny.toml"
 tiny_config "$WORK/data/shards" "$cfg"
-cluster_up 2
 steps=200
+resumed=6  # steps each resumed run trains
 common=(--set "train.steps=$steps" --set train.global_batch=4 --set train.micro_batch=1 --set data.shuffle=true
   --set checkpoint.every=4 --set train.threads=1)
 
-# The uninterrupted run (one host), for the reshard comparison: its first 80 steps (of the 200 the
-# schedule is laid out for; the lost runs' newest checkpoint comes well before step 60).
-one_host_run straight 4 "${common[@]}" --set parallel.zero_stage=3 --set parallel.ranks_per_node=2 \
-  --set train.exit_after=80
-
 # lose NAME HOW: runs the job across the hosts, loses host 1 the HOW way (cut | kill) after the first
-# save, checks the end of the job, the checkpoint and the resumed run on host 0.
+# save, checks the end of the job, the checkpoint and the resumed run on host 0; NEWEST[NAME] is the
+# step of the checkpoint it resumed.
+declare -A NEWEST
 lose() {
   local name="$1" how="$2" run="$WORK/$1" pid start elapsed rc ns="$CLUSTER_NAME-h1" newest
   cluster_up 2
@@ -70,34 +67,43 @@ lose() {
   cp -r "$run" "$run.reshard"
   cluster_up 1
   timeout 300 mpirun "${CLUSTER_ARGS[@]}" -np 2 "$ODYSSEY" train --config "$cfg" "${common[@]}" \
-    --set parallel.zero_stage=1 --set "checkpoint.dir=$run" --set checkpoint.resume=true --set train.exit_after=20 \
+    --set parallel.zero_stage=1 --set "checkpoint.dir=$run" --set checkpoint.resume=true --set train.exit_after=$resumed \
     >"$WORK/$name.resume.log" 2>&1 || fail "$name: resume on the remaining host: $(tail -3 "$WORK/$name.resume.log")"
   one_host_run "$name.reshard" 2 "${common[@]}" --set parallel.zero_stage=1 --set checkpoint.resume=true \
-    --set train.exit_after=20
+    --set train.exit_after=$resumed
   grep -q "written at world size 4, ZeRO stage 3" "$WORK/$name.resume.log" ||
     fail "$name: the resume did not report resharding from world size 4"
   echo "   resumed $(grep -m1 -oE 'resumed from [^ ]*' "$WORK/$name.resume.log") ($(basename "$newest"))"
   [ -n "$(losses "$name.reshard")" ] && [ "$(losses "$name")" = "$(losses "$name.reshard")" ] &&
     echo "ok: $name: resumed on the remaining host, bitwise the one-host reshard" ||
     fail "$name: resumed losses differ from the one-host reshard's"
-  if python3 - "$WORK/straight/metrics.jsonl" "$run/metrics.jsonl" "$(basename "$newest" | tr -dc 0-9)" <<'PY'; then
+  NEWEST[$name]=$((10#$(basename "$newest" | tr -dc 0-9)))
+  bash "$CLUSTER" down --name "$CLUSTER_NAME" || fail "$name: cluster not removed"
+}
+
+lose link_cut cut
+lose processes_killed kill
+
+# The uninterrupted run (one host), for the reshard comparison: as far as the later resumed run went
+# (of the 200 steps the schedule is laid out for).
+last=$(printf '%s\n' "${NEWEST[@]}" | sort -n | tail -n 1)
+one_host_run straight 4 "${common[@]}" --set parallel.zero_stage=3 --set parallel.ranks_per_node=2 \
+  --set train.exit_after=$((last + resumed))
+for name in link_cut processes_killed; do
+  if python3 - "$WORK/straight/metrics.jsonl" "$WORK/$name/metrics.jsonl" "${NEWEST[$name]}" "$resumed" <<'PY'; then
 import json, sys
 ref = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
 got = {}
 for r in map(json.loads, open(sys.argv[2])):
     got[r["step"]] = r["loss"]  # the resumed run's records come last
 first = int(sys.argv[3]) + 1
-steps = range(first, first + 20)
+steps = range(first, first + int(sys.argv[4]))
 for s in steps:
     assert s in got and abs(ref[s] - got[s]) <= 1e-5 * abs(ref[s]), (s, ref.get(s), got.get(s))
 PY
-    echo "ok: $name: 20 resumed steps within 1e-5 of the uninterrupted run"
+    echo "ok: $name: $resumed resumed steps within 1e-5 of the uninterrupted run"
   else
     fail "$name: resumed losses differ from the uninterrupted run"
   fi
-  bash "$CLUSTER" down --name "$CLUSTER_NAME" || fail "$name: cluster not removed"
-}
-
-lose link_cut cut
-lose processes_killed kill
+done
 finish

@@ -3,8 +3,9 @@
 // losses, gradient norms, the final master parameters, every rank's model weights and the bytes
 // accounted. Stages 0-3 with several buckets and gradient accumulation, one bucket per unit with one
 // reduction in flight, and the compressed paths (qWD, TLq-HS, int4 gradients, qwZ + hpZ + qgZ) with
-// real quantization; at np 2 and 4 (np 1 has no dp group: both runs are the main-thread one), the
-// ranks split into two emulated nodes for the two-level paths. Times are reported, never asserted.
+// real quantization, and bf16 (its model copy; stages 1-2 leave the bf16 after-update gather in flight
+// into the next step, as fp32 does); at np 2 and 4 (np 1 has no dp group: both runs are the main-thread one),
+// the ranks split into two emulated nodes for the two-level paths. Times are reported, never asserted.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -32,6 +33,7 @@ struct Mode {
   const char* weights = "none";
   const char* grads = "none";
   bool hpz = false;
+  bool bf16 = false;  // train.precision = bf16: a bf16 model copy, gathered as bf16
 };
 
 struct RunOut {
@@ -64,6 +66,7 @@ RunOut run(const Mode& mode, bool thread) {
   o.comm.weights = parse_enum(kWeightCommNames, mode.weights, "comm.weights");
   o.comm.grads = parse_enum(kGradCommNames, mode.grads, "comm.grads");
   o.comm.hpz = mode.hpz;
+  o.bf16 = mode.bf16;
   o.comm.ranks_per_node = ranks_per_node(w.size());
   o.comm.seed = kSeed;
   const ModelConfig c = tiny_config();
@@ -95,6 +98,10 @@ const Mode kModes[] = {
     {"int4w_int4g_zero1", 1, 0.03, 2, true, "int4", "int4"},
     {"zeropp_int4_qwz_hpz_qgz_zero3", 3, 0, 2, true, "int4", "qgz", true},
     {"hpz_zero3", 3, 0, 2, true, "none", "none", true},
+    {"bf16_zero0_buckets", 0, 0.03, 2, true, "none", "none", false, true},
+    {"bf16_zero1_buckets", 1, 0.03, 2, true, "none", "none", false, true},
+    {"bf16_zero2_unit_buckets_one_in_flight", 2, 0, 1, false, "none", "none", false, true},
+    {"bf16_zero3_units", 3, 0, 2, true, "none", "none", false, true},
 };
 
 class ZeroOverlap : public ::testing::TestWithParam<Mode> {};

@@ -282,10 +282,9 @@ void ZeroEngine::prefetch_after(int position) {
 void ZeroEngine::before_forward(int unit) {
   if (opt_.stage < 3) {
     const size_t s = size_t(part_->segment_of_unit(unit));
-    if (s < weight_gathers_.size() && weight_gathers_[s]) {
+    if (s < weight_gathers_.size() && weight_gathers_[s].request) {
       Timer waited;
-      weight_gathers_[s]->wait();
-      weight_gathers_[s].reset();
+      weight_gathers_[s].finish();
       add_blocked(waited.seconds(), false);
     }
     return;
@@ -466,23 +465,19 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
   const Snapshot before = snapshot();
   const int r = dp_.rank();
   const std::vector<Partition::Segment>& segs = part_->segments();
+  // Every rank's updated slices back into the full parameters, per segment. On the communication
+  // thread (fp32 and bf16) they run on while the next step starts: a segment is waited for before the
+  // first forward use of one of its units (before_forward), all of them before anything else reads or
+  // writes the replica (release_all).
+  std::vector<WeightGather> gathers_left;
   if (opt_.bf16) {
-    gather_bf16_weights_after_step();
+    gather_bf16_weights_after_step(gathers_left);
   } else if (opt_.comm.weights == WeightComm::none) {
-    // Every rank's updated slices back into the full parameters, in place. On the communication thread
-    // they run on while the next step starts: a segment is waited for before the first forward use of
-    // one of its units (before_forward), all of them before anything else reads or writes the replica
-    // (release_all).
-    std::vector<RequestPtr> requests;
     for (const Partition::Segment& seg : segs) {
       float* base = params_.data() + seg.padded_begin;
-      requests.push_back(gathers(false).all_gather_async(base + seg.layout.shard_range(r).begin, base,
-                                                         size_t(seg.layout.shard), DType::f32));
+      gathers_left.push_back({gathers(false).all_gather_async(base + seg.layout.shard_range(r).begin, base,
+                                                              size_t(seg.layout.shard), DType::f32)});
     }
-    if (thread_)
-      weight_gathers_ = std::move(requests);
-    else
-      for (RequestPtr& q : requests) q->wait();
   } else {
     for (size_t s = 0; s < segs.size(); ++s) {
       const Partition::Segment& seg = segs[s];
@@ -500,16 +495,29 @@ void ZeroEngine::gather_weights_after_step(int64_t step) {
       }
     }
   }
+  if (thread_) {
+    weight_gathers_ = std::move(gathers_left);
+  } else {
+    for (WeightGather& g : gathers_left) g.finish();
+    weight_send_ = {}, weight_recv_ = {};
+  }
   const Snapshot now = snapshot();
   traffic_.weights_inter += now.gather[0] - before.gather[0];
   traffic_.weights_intra += now.gather[1] - before.gather[1];
   add_blocked(took.seconds(), weight_gathers_.empty());  // deferred: their time is the thread's
 }
 
+void ZeroEngine::WeightGather::finish() {
+  if (!request) return;
+  request->wait();
+  request.reset();
+  if (count) convert_to_float(gathered, model, count);
+}
+
 void ZeroEngine::wait_weight_gathers() const {
-  for (RequestPtr& q : weight_gathers_)
-    if (q) q->wait();
+  for (WeightGather& g : weight_gathers_) g.finish();
   weight_gathers_.clear();
+  weight_send_ = {}, weight_recv_ = {};
 }
 
 GradNormPart ZeroEngine::grad_norm_part() {
@@ -556,18 +564,19 @@ void ZeroEngine::round_replica() {
     copy_round_bf16(params_.data() + s.padded_begin, master_.data() + s.local_begin, size_t(s.size));
 }
 
-// Each segment's master shard rounded to bf16, all-gathered as bf16 and widened into the model copy.
-void ZeroEngine::gather_bf16_weights_after_step() {
-  const std::vector<Partition::Segment>& segs = part_->segments();
-  std::vector<bf16> send(size_t(part_->local_total())), recv(size_t(part_->padded_total()));
-  convert_to_bf16(master_.data(), send.data(), send.size());
-  std::vector<RequestPtr> requests;
-  for (const Partition::Segment& seg : segs)
-    requests.push_back(dp_.all_gather_async(send.data() + seg.local_begin, recv.data() + seg.padded_begin,
-                                            size_t(seg.layout.shard), DType::bf16));
-  for (RequestPtr& q : requests) q->wait();
-  convert_to_float(recv.data(), params_.data(), recv.size());
-  note_scratch((send.size() + recv.size()) * sizeof(bf16));
+// Each segment's master shard rounded to bf16 and all-gathered as bf16, to be widened into the model
+// copy when it completes (WeightGather::finish).
+void ZeroEngine::gather_bf16_weights_after_step(std::vector<WeightGather>& gathers_left) {
+  weight_send_.resize(size_t(part_->local_total()));
+  weight_recv_.resize(size_t(part_->padded_total()));
+  convert_to_bf16(master_.data(), weight_send_.data(), weight_send_.size());
+  for (const Partition::Segment& seg : part_->segments()) {
+    bf16* recv = weight_recv_.data() + seg.padded_begin;
+    gathers_left.push_back({gathers(false).all_gather_async(weight_send_.data() + seg.local_begin, recv,
+                                                            size_t(seg.layout.shard), DType::bf16),
+                            recv, params_.data() + seg.padded_begin, size_t(seg.layout.padded)});
+  }
+  note_scratch((weight_send_.size() + weight_recv_.size()) * sizeof(bf16));
 }
 
 MemoryReport ZeroEngine::memory() const {

@@ -225,6 +225,14 @@ class ZeroEngine : public LayerHooks {
     uint64_t wire = 0;             // of them, the bytes held until the gather completes
     bool forward = false;          // hpZ: a full-group gather whose result seeds the secondary shard
   };
+  // A stage 1-2 after-step all-gather of one segment, while in flight.
+  struct WeightGather {
+    RequestPtr request;
+    const bf16* gathered = nullptr;  // bf16: the segment as gathered, widened into model once complete
+    float* model = nullptr;
+    size_t count = 0;
+    void finish();  // waits for it, then widens
+  };
   struct Snapshot {
     uint64_t gather[2], reduce[2];  // [inter, intra]
   };
@@ -236,7 +244,7 @@ class ZeroEngine : public LayerHooks {
   RequestPtr reduce_scatter_compressed(const float* send, float* recv, size_t S, int segment);
   Communicator& gathers(bool secondary);  // where a unit gather runs (on the thread when there is one)
   void add_blocked(double seconds, bool collective);
-  void gather_bf16_weights_after_step();
+  void gather_bf16_weights_after_step(std::vector<WeightGather>& gathers);
   void round_replica();  // stage 0 bf16: the model copy from the master
   Snapshot snapshot() const;
   void add_traffic(const Snapshot& before, bool gathers_are_weights);
@@ -273,7 +281,8 @@ class ZeroEngine : public LayerHooks {
   std::atomic<uint64_t> peak_scratch_bytes_{0};  // the most one collective held (ZeroCommSizes)
   // Stages 1-2 on the communication thread: per segment, its after-step all-gather still in flight
   // (empty when none is). Mutable: the replica's accessors complete them before handing it out.
-  mutable std::vector<RequestPtr> weight_gathers_;
+  mutable std::vector<WeightGather> weight_gathers_;
+  mutable std::vector<bf16> weight_send_, weight_recv_;  // bf16: the master shard rounded, the copy gathered
 
   // Compressed communication.
   std::unique_ptr<Communicator> intra_, inter_;  // the dp ranks on my node; those with my local index
