@@ -7,11 +7,13 @@
 // --reference also times the reference kernel (attention_reference.h); --schedules times both
 // backward schedules (fused, split) instead of the one the kernel chooses; --bf16 also times the kernel
 // under the bf16 policy (attention_forward_bf16 with a bf16 out, attention_backward_bf16 into fp32
-// gradients) on the same values rounded to bf16, entries "bf16_forward", "bf16_backward", and their
-// speed against fp32 ("bf16_vs_fp32_<pass>": fp32 ms / bf16 ms; "..._per_core": the same from CPU time).
-// Every entry has "tokens_per_s" (B T per second of wall time). The JSON names the attention path
-// ("attention_isa") and whether the bf16 entries ran on bf16 dot products or on fp32 tiles (bf16 storage,
-// fp32 compute).
+// gradients) on the same values rounded to bf16, entries "bf16_forward", "bf16_backward", each timed
+// alternately with its fp32 pass (one fp32 call, one bf16 call, ...: a change of load weighs on both),
+// and their speed against fp32 ("bf16_vs_fp32_<pass>": fp32 ms / bf16 ms; "..._per_core": the same from
+// CPU time; "<prefix>forward_backward": tokens/s of a forward plus a backward). Every entry has
+// "tokens_per_s" (B T per second of wall time). The JSON names the attention path ("attention_isa"),
+// whether the bf16 entries ran on bf16 dot products or on fp32 tiles (bf16 storage, fp32 compute), and
+// the load average before and after the run (a shared machine's timings are noise: compare ratios).
 //
 // FLOP convention (flash-attention's): forward = 4 Tq Tk D per (b, h) (Q K^T and P V), halved when
 // causal with Tq = Tk; backward = 2.5x forward (recomputed Q K^T, dV, dP, dQ, dK). Extra work a
@@ -29,6 +31,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "odyssey/core/bf16.h"
@@ -59,6 +62,11 @@ struct Times {
   double wall_ms, cpu_ms;
   int runs;
 };
+Times median_of(std::vector<double> wall, std::vector<double> cpu) {
+  std::sort(wall.begin(), wall.end());
+  std::sort(cpu.begin(), cpu.end());
+  return {wall[wall.size() / 2], cpu[cpu.size() / 2], static_cast<int>(wall.size())};
+}
 template <typename F>
 Times median_ms(F&& fn, double min_seconds = 1.0) {
   std::vector<double> wall, cpu;
@@ -74,9 +82,36 @@ Times median_ms(F&& fn, double min_seconds = 1.0) {
     cpu.push_back(cpu_ms() - c0);
     wall.push_back(t.ms());
   }
-  std::sort(wall.begin(), wall.end());
-  std::sort(cpu.begin(), cpu.end());
-  return {wall[wall.size() / 2], cpu[cpu.size() / 2], static_cast<int>(wall.size())};
+  return median_of(wall, cpu);
+}
+
+// median_ms of fa and of fb, their calls alternating (a, b, a, b, ...) for ~2 min_seconds.
+template <typename FA, typename FB>
+std::pair<Times, Times> alternating_median_ms(FA&& fa, FB&& fb, double min_seconds = 1.0) {
+  std::vector<double> wall[2], cpu[2];
+  Timer warm_up;
+  fa();
+  fb();
+  const bool long_call = warm_up.seconds() > 2 * min_seconds;
+  Timer total;
+  auto time = [&](int i, auto& fn) {
+    Timer t;
+    double c0 = cpu_ms();
+    fn();
+    cpu[i].push_back(cpu_ms() - c0);
+    wall[i].push_back(t.ms());
+  };
+  while (wall[0].empty() || (!long_call && (wall[0].size() < 3 ||
+                                            (total.seconds() < 2 * min_seconds && wall[0].size() < 200)))) {
+    time(0, fa);
+    time(1, fb);
+  }
+  return {median_of(wall[0], cpu[0]), median_of(wall[1], cpu[1])};
+}
+
+double load_average() {  // the 1-minute load average (-1 where the system does not say)
+  double load[1];
+  return getloadavg(load, 1) == 1 ? load[0] : -1.0;
 }
 
 double round1(double x) {
@@ -114,8 +149,10 @@ struct Options {
   bool reference = false, schedules = false, bf16 = false;
 };
 
-using ForwardFn = decltype(&attention_forward);
-using BackwardFn = decltype(&attention_backward);
+using ForwardFn = void (*)(MutHeadsView, float*, HeadsView, HeadsView, HeadsView, AttentionDims,
+                           AttentionMask, float);
+using BackwardFn = void (*)(MutHeadsView, MutHeadsView, MutHeadsView, HeadsView, HeadsView, const float*,
+                            HeadsView, HeadsView, HeadsView, AttentionDims, AttentionMask, float);
 
 json bench_shape(int T, int D, const Options& opt) {
   const int B = 1, C = 768, H = C / D;
@@ -151,7 +188,11 @@ json bench_shape(int T, int D, const Options& opt) {
     }
     unsetenv("ODYSSEY_ATTN_BWD");
   };
-  run("", attention_forward, attention_backward);
+  // --bf16: every pass reads bf16 values (the fp32 one their fp32 copies), as the policy's would.
+  if (opt.bf16)
+    for (std::vector<float>* x : {&qkv, &dout})
+      for (float& e : *x) e = round_to_bf16(e);
+  if (!opt.bf16) run("", attention_forward, attention_backward);
   if (opt.reference) run("reference_", attention_reference_forward, attention_reference_backward);
   if (opt.bf16) {
     std::vector<bf16> qkv_b(qkv.size()), dout_b(dout.size()), out_b(out.size());
@@ -160,20 +201,33 @@ json bench_shape(int T, int D, const Options& opt) {
     Bf16HeadsView qb{qkv_b.data(), bs, rs}, kb{qkv_b.data() + C, bs, rs}, vb{qkv_b.data() + 2 * C, bs, rs};
     MutBf16HeadsView ob{out_b.data(), int64_t{T} * C, C};
     Bf16HeadsView obc{out_b.data(), int64_t{T} * C, C}, gb{dout_b.data(), int64_t{T} * C, C};
-    shape["bf16_forward"] = entry(
-        fwd_flops, median_ms([&] { attention_forward_bf16(ob, lse.data(), qb, kb, vb, dims, mask, scale); }));
-    shape["bf16_backward"] =
-        entry(bwd_flops, median_ms([&] {
-                attention_backward_bf16(dq, dk, dv, gb, obc, lse.data(), qb, kb, vb, dims, mask, scale);
-              }));
+    // fp32 and bf16 alternately (the fp32 pass on the same rounded values); the backward's lse is each
+    // policy's own, from the forward timed just before.
+    std::vector<float> lse_b(lse.size());
+    const auto [fwd32, fwd16] = alternating_median_ms(
+        [&] { attention_forward(o, lse.data(), q, k, v, dims, mask, scale); },
+        [&] { attention_forward_bf16(ob, lse_b.data(), qb, kb, vb, dims, mask, scale); });
+    const auto [bwd32, bwd16] = alternating_median_ms(
+        [&] { attention_backward(dq, dk, dv, g, oc, lse.data(), q, k, v, dims, mask, scale); },
+        [&] { attention_backward_bf16(dq, dk, dv, gb, obc, lse_b.data(), qb, kb, vb, dims, mask, scale); });
+    shape["forward"] = entry(fwd_flops, fwd32);
+    shape["bf16_forward"] = entry(fwd_flops, fwd16);
+    shape["backward"] = entry(bwd_flops, bwd32);
+    shape["bf16_backward"] = entry(bwd_flops, bwd16);
+    for (const char* prefix : {"", "bf16_"}) {
+      const double ms = shape[std::string(prefix) + "forward"]["ms"].get<double>() +
+                        shape[std::string(prefix) + "backward"]["ms"].get<double>();
+      shape[std::string(prefix) + "forward_backward"] = {{"ms", round3(ms)}};
+    }
     // Wall-time and per-core (CPU-time) ratios: on a shared machine the second holds up better.
     for (const char* pass : {"forward", "backward"}) {
-      if (!shape.contains(pass)) continue;
       const json &fp32 = shape[pass], &b16 = shape[std::string("bf16_") + pass];
       shape[std::string("bf16_vs_fp32_") + pass] = round3(fp32["ms"].get<double>() / b16["ms"].get<double>());
       shape[std::string("bf16_vs_fp32_") + pass + "_per_core"] =
           round3(b16["gflops_per_core"].get<double>() / fp32["gflops_per_core"].get<double>());
     }
+    shape["bf16_vs_fp32_forward_backward"] = round3(shape["forward_backward"]["ms"].get<double>() /
+                                                    shape["bf16_forward_backward"]["ms"].get<double>());
   }
   for (auto& [key, value] : shape.items())
     if (value.is_object() && value.contains("ms"))
@@ -241,6 +295,7 @@ int main(int argc, char** argv) {
     }
   }
   const int threads = omp_get_max_threads();
+  const double load_before = load_average();
   // The GEMM rates are measured before and after the attention shapes and averaged, so a change in
   // the machine's load during the run weighs on both sides of the ratio.
   GemmRate before = bench_gemm_1024();
@@ -265,8 +320,10 @@ int main(int argc, char** argv) {
                   {{"gflops", round1(tile.gflops)}, {"gflops_per_core", round1(tile.gflops_per_core)}}},
                  {"attention_isa", attention_isa()},
                  {"avx512_bf16", cpu_info().avx512_bf16},
-                 {"attention_bf16_products",
-                  "fp32 tiles (bf16 storage, fp32 compute): no bf16 dot-product path is built"},
+                 {"attention_bf16_products", std::string(attention_isa()) == "avx512_bf16"
+                                                 ? "bf16 dot products (VDPBF16PS), fp32 accumulation"
+                                                 : "fp32 tiles (bf16 storage, fp32 compute)"},
+                 {"load_average", {{"before", round1(load_before)}, {"after", round1(load_average())}}},
                  {"attention", shapes}};
   fmt::print("{}\n", result.dump(2));
 }

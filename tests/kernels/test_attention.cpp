@@ -28,8 +28,8 @@
 namespace odyssey {
 namespace {
 
-// ctest runs this suite once per path of the kernel (tests/CMakeLists.txt: ODYSSEY_ATTN_ISA=avx512,
-// avx2, portable); a path this CPU does not support skips the whole suite.
+// ctest runs this suite once per path of the kernel (tests/CMakeLists.txt: ODYSSEY_ATTN_ISA=avx512_bf16,
+// avx512, avx2, portable); a path this CPU does not support skips the whole suite.
 struct ForcedPathSupported : testing::Environment {
   void SetUp() override {
     const char* forced = std::getenv("ODYSSEY_ATTN_ISA");
@@ -363,8 +363,9 @@ TEST(Attention, RunsTheForcedOrWidestSupportedPath) {
   unsetenv("ODYSSEY_ATTN_ISA");
   EXPECT_EQ(attention_isa(), paths.front());
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
-  if (cpu_info().avx512f) {
-    EXPECT_EQ(attention_isa(), std::string("avx512"));
+  if (cpu_info().avx512f) {  // the bf16 dot-product path where the CPU has AVX512_BF16 too
+    EXPECT_EQ(attention_isa(), std::string(cpu_info().avx512_bf16 ? "avx512_bf16" : "avx512"));
+    EXPECT_NE(std::find(paths.begin(), paths.end(), "avx512"), paths.end());
   }
   if (cpu_info().avx2 && cpu_info().fma) {
     EXPECT_NE(std::find(paths.begin(), paths.end(), "avx2"), paths.end());

@@ -27,11 +27,13 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "odyssey/core/bf16.h"
 #include "odyssey/kernels/attention.h"
 #include "odyssey/kernels/attention_tiles.h"
+#include "odyssey/kernels/cpu_info.h"
 
 namespace odyssey {
 namespace {
@@ -437,6 +439,136 @@ TEST(AttentionBf16, BitwiseAcrossThreadsAndSchedules) {
     unsetenv("ODYSSEY_ATTN_BWD");
     omp_set_num_threads(threads);
     for (size_t r = 1; r < runs.size(); ++r) EXPECT_TRUE(runs[r] == runs[0]) << "run " << r;
+  });
+}
+
+// Runs `body` with ODYSSEY_ATTN_ISA = isa, restoring the variable after.
+template <class Body>
+void with_path(const char* isa, Body body) {
+  const char* before = std::getenv("ODYSSEY_ATTN_ISA");
+  const std::string saved = before ? before : "";
+  setenv("ODYSSEY_ATTN_ISA", isa, 1);
+  body();
+  if (before)
+    setenv("ODYSSEY_ATTN_ISA", saved.c_str(), 1);
+  else
+    unsetenv("ODYSSEY_ATTN_ISA");
+}
+
+// The AVX512_BF16 path (bf16 dot products) against the emulation on the same bf16 inputs: the avx512
+// path's bf16 entries, the same schedule and 16-float tiles on fp32 products of the widened values.
+// Products of bf16 values are exact in fp32, so the two differ by summation order only (VDPBF16PS adds
+// a pair's two products at once) and the rare rounding of P or dS that order flips (one element of P
+// moved by one bf16 ulp moves out by up to 2^-8 of max |v|). So: lse within 1e-6 relative; every
+// element of out and the gradients within 2e-6 of the tensor's max but for at most 1% of them (the
+// flips: one moves a row), and those within 2^-8 of it. Observed: lse 1.2e-7; out and gradients 4e-7
+// without a flip; with flips (T = 131, GQA 3:1, offsets: 0.15% of out's elements) out 8e-5, gradients
+// 2e-5. Also D = 288 (the products' reduction in two chunks).
+TEST(AttentionBf16, DotProductPathMatchesTheEmulation) {
+  const std::vector<std::string> paths = attention_isas_supported();
+  if (std::find(paths.begin(), paths.end(), "avx512_bf16") == paths.end())
+    GTEST_SKIP() << "this CPU (" << cpu_info().model << ") has no AVX512_BF16: no dot-product path to test";
+  std::vector<Shape> cases = shapes();
+  cases.push_back({{1, 29, 29, 2, 1, 288}, {MaskKind::causal, 0, 0}});
+  cases.push_back({{2, 131, 150, 6, 2, 64}, {MaskKind::causal, 19, 0}});
+  uint32_t seed = 80;
+  for (const Shape& s : cases) {
+    const AttentionDims& d = s.d;
+    Problem p = make(d, s.mask, ++seed);
+    struct Run {
+      Out32 out, dq, dk, dv;
+      std::vector<float> lse;
+    };
+    auto run = [&](const char* isa) {
+      Run r{Out32(d.B, d.Tq, d.H, d.D), Out32(d.B, d.Tq, d.H, d.D), Out32(d.B, d.Tk, d.Hkv, d.D),
+            Out32(d.B, d.Tk, d.Hkv, d.D), std::vector<float>(size_t(d.B) * d.H * d.Tq)};
+      with_path(isa, [&] {
+        EXPECT_EQ(std::string(attention_isa()), isa);
+        attention_forward_bf16(r.out.mut(), r.lse.data(), p.q.view(), p.k.view(), p.v.view(), d, s.mask,
+                               p.scale);
+      });
+      return r;
+    };
+    Run dot = run("avx512_bf16"), emu = run("avx512");
+    // Backward from the same bf16 out and lse (the emulation's), so only the backward's order differs.
+    std::mt19937 gen(seed);
+    Act out(d.B, d.Tq, d.H, d.D, 1, gen);
+    for (int b = 0; b < d.B; ++b)
+      for (int t = 0; t < d.Tq; ++t)
+        for (int h = 0; h < d.H; ++h)
+          for (int c = 0; c < d.D; ++c) out.b[out.at(b, t, h, c)] = to_bf16(emu.out(b, t, h, c));
+    for (Run* r : {&dot, &emu})
+      with_path(r == &dot ? "avx512_bf16" : "avx512", [&] {
+        attention_backward_bf16(r->dq.mut(), r->dk.mut(), r->dv.mut(), p.dout.view(), out.view(),
+                                emu.lse.data(), p.q.view(), p.k.view(), p.v.view(), d, s.mask, p.scale);
+      });
+    double lse_err = 0;
+    for (size_t i = 0; i < dot.lse.size(); ++i) {
+      if (std::isinf(emu.lse[i])) {
+        EXPECT_EQ(dot.lse[i], emu.lse[i]);
+        continue;
+      }
+      lse_err = std::max(lse_err,
+                         double(std::fabs(dot.lse[i] - emu.lse[i])) / std::max(1.0f, std::fabs(emu.lse[i])));
+    }
+    EXPECT_LE(lse_err, 1e-6) << "D=" << d.D << " Tq=" << d.Tq;
+    double flipped = 0;
+    for (auto [a, b, name] : {std::tuple{&dot.out, &emu.out, "out"}, std::tuple{&dot.dq, &emu.dq, "dq"},
+                              std::tuple{&dot.dk, &emu.dk, "dk"}, std::tuple{&dot.dv, &emu.dv, "dv"}}) {
+      const double ref = b->max_abs();
+      size_t beyond = 0;
+      for (size_t i = 0; i < a->x.size(); ++i) beyond += std::fabs(a->x[i] - b->x[i]) > 2e-6 * ref;
+      EXPECT_LE(double(beyond), 1e-2 * double(a->x.size())) << name << " D=" << d.D << " Tq=" << d.Tq;
+      EXPECT_LE(rel_err(a->x, b->x), std::ldexp(1.0, -8)) << name << " D=" << d.D << " Tq=" << d.Tq;
+      flipped = std::max(flipped, double(beyond) / double(a->x.size()));
+    }
+    std::printf(
+        "  D=%d Tq=%d Tk=%d H=%d Hkv=%d: dot products vs emulation lse %.2e out %.2e dq %.2e dk %.2e "
+        "dv %.2e (beyond 2e-6: %.3f%%)\n",
+        d.D, d.Tq, d.Tk, d.H, d.Hkv, lse_err, rel_err(dot.out.x, emu.out.x), rel_err(dot.dq.x, emu.dq.x),
+        rel_err(dot.dk.x, emu.dk.x), rel_err(dot.dv.x, emu.dv.x), 100 * flipped);
+  }
+}
+
+// The fp32-view entries (what the model's attention ops call under train.precision = bf16) round every
+// value as they read it: on fp32 values that are not bf16 values they give the bits of the bf16 views
+// of the rounded values, forward and backward, on every path.
+TEST(AttentionBf16, Fp32ViewsAreRoundedAsRead) {
+  for_each_path([](const std::string&) {
+    const AttentionDims d{2, 61, 75, 4, 2, 40};
+    const AttentionMask mask{MaskKind::causal, 14, 0};
+    Problem p = make(d, mask, 90);
+    // fp32 values near the bf16 ones but not bf16 values: each rounds back to its bf16.
+    auto unrounded = [](Act& a) {
+      for (size_t i = 0; i < a.b.size(); ++i) a.f[i] = bf16_to_float(a.b[i]) * (1.0f + 0x1p-12f);
+    };
+    for (Act* a : {&p.q, &p.k, &p.v, &p.dout}) unrounded(*a);
+    std::mt19937 gen(3);
+    Act out(d.B, d.Tq, d.H, d.D, 2, gen);
+    unrounded(out);
+    Out32 o_b(d.B, d.Tq, d.H, d.D), o_f(d.B, d.Tq, d.H, d.D);
+    std::vector<float> lse_b(size_t(d.B) * d.H * d.Tq), lse_f(lse_b.size());
+    attention_forward_bf16(o_b.mut(), lse_b.data(), p.q.view(), p.k.view(), p.v.view(), d, mask, p.scale);
+    attention_forward(true, o_f.mut(), lse_f.data(), p.q.fview(), p.k.fview(), p.v.fview(), d, mask, p.scale);
+    EXPECT_EQ(o_b.x, o_f.x);
+    EXPECT_EQ(lse_b, lse_f);
+    Out32 dq_b(d.B, d.Tq, d.H, d.D, 0.25f), dk_b(d.B, d.Tk, d.Hkv, d.D, 0.25f),
+        dv_b(d.B, d.Tk, d.Hkv, d.D, 0.25f);
+    Out32 dq_f = dq_b, dk_f = dk_b, dv_f = dv_b;
+    attention_backward_bf16(dq_b.mut(), dk_b.mut(), dv_b.mut(), p.dout.view(), out.view(), lse_b.data(),
+                            p.q.view(), p.k.view(), p.v.view(), d, mask, p.scale);
+    attention_backward(true, dq_f.mut(), dk_f.mut(), dv_f.mut(), p.dout.fview(), out.fview(), lse_b.data(),
+                       p.q.fview(), p.k.fview(), p.v.fview(), d, mask, p.scale);
+    EXPECT_EQ(dq_b.x, dq_f.x);
+    EXPECT_EQ(dk_b.x, dk_f.x);
+    EXPECT_EQ(dv_b.x, dv_f.x);
+    // bf16 = false is the fp32 kernel, bitwise.
+    Out32 o32(d.B, d.Tq, d.H, d.D), o32_sel(d.B, d.Tq, d.H, d.D);
+    attention_forward(o32.mut(), lse_b.data(), p.q.fview(), p.k.fview(), p.v.fview(), d, mask, p.scale);
+    attention_forward(false, o32_sel.mut(), lse_f.data(), p.q.fview(), p.k.fview(), p.v.fview(), d, mask,
+                      p.scale);
+    EXPECT_EQ(o32.x, o32_sel.x);
+    EXPECT_EQ(lse_b, lse_f);
   });
 }
 

@@ -1,6 +1,8 @@
 // bf16 activations in 2-byte buffers (MemoryOptions::bf16, model/block.h): under the bf16 policy
 // (model/bf16_linears.h) a layer holds norm1, qkv, atty, norm2, up and act as bf16, and a block call
-// computes on fp32 copies of them (BlockWide). Every stored value is one the policy rounded to bf16, so
+// computes on fp32 copies of them (BlockWide). Both runs compute attention under the bf16 policy (the
+// stage turns it on with MemoryOptions::bf16; here an installed LocalAttention keeps it on for the fp32
+// buffers too). Every stored value is one the policy rounded to bf16, so
 // the loss and every gradient are bitwise those of fp32 buffers holding the same values, under every
 // checkpoint policy, with and without sequence chunks, for GPT-2 and Llama (GQA); the activations take
 // the bytes activation_bytes_for says, fewer than fp32 buffers take (the kept layers' six tensors at
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "odyssey/model/architecture.h"
+#include "odyssey/model/attention_op.h"
 #include "odyssey/model/bf16_linears.h"
 #include "odyssey/model/vocab_ops.h"
 
@@ -34,8 +37,8 @@ ModelConfig config(const std::string& arch) {
   return c;
 }
 
-// Two micro-batches of different shapes accumulated, under the bf16 policy's linears; the activations
-// in 2-byte buffers when memory.bf16.
+// Two micro-batches of different shapes accumulated, under the bf16 policy's linears and attention; the
+// activations in 2-byte buffers when memory.bf16.
 Result run(const std::string& arch, const MemoryOptions& memory) {
   const ModelConfig c = config(arch);
   auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
@@ -44,6 +47,9 @@ Result run(const std::string& arch, const MemoryOptions& memory) {
   Bf16Linears linears(local_linears());
   model.set_tensor_parallel(&linears, &local_vocab());
   model.set_memory(memory);
+  LocalAttention attention(c.n_kv_head);
+  attention.set_bf16(true);
+  model.set_attention(&attention);
   std::fill(model.grads(), model.grads() + model.table().total(), 0.0f);
   Result r;
   for (auto [B, T] : {std::pair{2, 37}, std::pair{3, 29}}) {

@@ -72,9 +72,9 @@ void attention_backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Heads
 // (for a ring's LSE merge, spec §3) or rounded to bf16; dq, dk, dv accumulate in fp32 as the fp32
 // kernel's (ring steps and chunks sum in fp32; the caller rounds the final gradient to bf16).
 // Every path computes this with the same roundings; they differ from one another in summation order
-// only. Today every path runs it on its fp32 tiles (bf16 storage, fp32 compute: the spec's §5.5
-// fallback, and the bf16 emulation a dot-product path would be tested against); no AVX512_BF16 / AMX
-// dot-product path is built yet (attention_isa.h says where it goes).
+// only. The avx512_bf16 path (a CPU with AVX512_BF16) runs the products as bf16 dot products with fp32
+// accumulation (VDPBF16PS); the others run it on their fp32 tiles (bf16 storage, fp32 compute: the
+// spec's §5.5 fallback, and the bf16 emulation the dot-product path is tested against).
 void attention_forward_bf16(MutHeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k, Bf16HeadsView v,
                             AttentionDims dims, AttentionMask mask, float scale);
 void attention_forward_bf16(MutBf16HeadsView out, float* lse, Bf16HeadsView q, Bf16HeadsView k,
@@ -82,8 +82,25 @@ void attention_forward_bf16(MutBf16HeadsView out, float* lse, Bf16HeadsView q, B
 void attention_backward_bf16(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, Bf16HeadsView dout,
                              Bf16HeadsView out, const float* lse, Bf16HeadsView q, Bf16HeadsView k,
                              Bf16HeadsView v, AttentionDims dims, AttentionMask mask, float scale);
+// The same over fp32 views (the model's fp32 copies of its bf16 activations, a K/V prefix, an fp32
+// gradient): every value of q, k, v, out and dout is rounded to bf16 (RNE) as the kernel reads it,
+// which changes nothing in a value the policy has rounded already.
+void attention_forward_bf16(MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
+                            AttentionDims dims, AttentionMask mask, float scale);
+void attention_backward_bf16(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout, HeadsView out,
+                             const float* lse, HeadsView q, HeadsView k, HeadsView v, AttentionDims dims,
+                             AttentionMask mask, float scale);
 
-// The kernel has one path per vector ISA (attention_tiles.h): "avx512", "avx2", "portable". Each call
+// The call an attention op makes under its train.precision: bf16 false, the fp32 kernel; true, the bf16
+// policy's over the same fp32 views (above).
+void attention_forward(bool bf16, MutHeadsView out, float* lse, HeadsView q, HeadsView k, HeadsView v,
+                       AttentionDims dims, AttentionMask mask, float scale);
+void attention_backward(bool bf16, MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, HeadsView dout,
+                        HeadsView out, const float* lse, HeadsView q, HeadsView k, HeadsView v,
+                        AttentionDims dims, AttentionMask mask, float scale);
+
+// The kernel has one path per vector ISA (attention_tiles.h): "avx512_bf16" (bf16 dot products for the
+// bf16 policy, the avx512 path's fp32 kernel), "avx512", "avx2", "portable". Each call
 // runs the widest the CPU supports, or the one the environment variable ODYSSEY_ATTN_ISA names
 // (tests run every path; an unknown or unsupported name is an error naming it). The paths may differ in
 // the last bits (their row sums add vectors of different widths); each is bitwise deterministic.

@@ -14,22 +14,16 @@
 // bf16 before the products that read them. On these fp32 tiles that is bf16 storage with fp32 compute
 // (mixed-precision.md §5.5) and, bit for bit, the bf16 emulation of §9 for the path's summation order.
 //
-// Where a bf16 dot-product path goes (§5.4; not built: no CPU of this project's test machines at the
-// time had AVX512_BF16 to test it on): a translation unit attention_bf16.cpp under
-// target("avx512f,avx512bf16") (plus "amx-tile,amx-bf16" for AMX tiles), a Path whose fp32 entries are
-// null, listed first in attention.cpp's compiled_paths() and runnable when cpu_info().avx512_bf16
-// (amx_bf16, which already checks that the OS saves tile state; the process must also be granted tile
-// data with arch_prctl(ARCH_REQ_XCOMP_PERM) before the first tile instruction). It reuses
-// BlockwiseAttention<Tiles, bf16> — online softmax, LSE, masks, scaling, the P / dS rounding, task
-// split and the fixed summation order — with a Tiles type whose products read bf16: K^T and V blocks
-// packed as bf16 pairs along the reduction dimension (VDPBF16PS takes pairs; AMX B tiles are 16 rows x
-// 32 bf16 in the same pair layout), Q and dO packed to bf16 once per call, and P and dS packed as bf16
-// pairs after their rounding; accumulators (S, O, dQ, dK, dV) fp32. For that the schedule's pack_rows /
-// pack_transposed become Tiles members (the packed element type and layout are the tiles' business).
-// Its results then differ from this path's bf16 entries by summation order only (VDPBF16PS adds each
-// pair's two exact products), which test_attention_bf16's emulation test is written for. Block sizes
-// come from the Tiles type, so AMX's 16 x 32 tiles get 64 x 64 (or 32-multiple) blocks without
-// touching the schedule.
+// The bf16 dot-product path (§5.4), attention_avx512_bf16.cpp under target("avx512f,avx512bf16"):
+// BlockwiseAttention<Bf16DotTiles, bf16> — the same schedule (online softmax, LSE, masks, scaling, the
+// P / dS rounding, task split, fixed summation order) with tiles whose products are VDPBF16PS over
+// operands packed into bf16 pairs as each product starts (attention_tiles_bf16.h); accumulators fp32.
+// Its results differ from the other paths' bf16 entries (the emulation) by summation order only. It has
+// no fp32 products: attention.cpp gives it the avx512 path's fp32 entries (the same functions, so fp32
+// calls are bitwise those of the avx512 path) and lists it first where cpu_info().avx512_bf16.
+// An AMX path would be another Tiles type (B tiles are 16 rows x 32 bf16 in the same pair layout; the
+// process must be granted tile data with arch_prctl(ARCH_REQ_XCOMP_PERM) before the first tile
+// instruction; cpu_info().amx_bf16 checks that the OS saves tile state).
 #pragma once
 
 #include "odyssey/kernels/attention.h"
@@ -44,9 +38,10 @@
 namespace odyssey::attention_paths {
 
 struct Path {
-  const char* name;  // "avx512", "avx2", "portable" (ODYSSEY_ATTN_ISA)
-  decltype(&attention_forward) forward;
-  decltype(&attention_backward) backward;
+  const char* name;  // "avx512_bf16", "avx512", "avx2", "portable" (ODYSSEY_ATTN_ISA)
+  void (*forward)(MutHeadsView, float*, HeadsView, HeadsView, HeadsView, AttentionDims, AttentionMask, float);
+  void (*backward)(MutHeadsView, MutHeadsView, MutHeadsView, HeadsView, HeadsView, const float*, HeadsView,
+                   HeadsView, HeadsView, AttentionDims, AttentionMask, float);
   // The bf16 policy's entries (attention_forward_bf16 with an fp32 or a bf16 out, backward).
   void (*forward_bf16)(MutHeadsView, float*, Bf16HeadsView, Bf16HeadsView, Bf16HeadsView, AttentionDims,
                        AttentionMask, float);
@@ -54,22 +49,38 @@ struct Path {
                            AttentionDims, AttentionMask, float);
   void (*backward_bf16)(MutHeadsView, MutHeadsView, MutHeadsView, Bf16HeadsView, Bf16HeadsView, const float*,
                         Bf16HeadsView, Bf16HeadsView, Bf16HeadsView, AttentionDims, AttentionMask, float);
+  // The same over fp32 views, rounded to bf16 as they are read.
+  void (*forward_bf16_of_fp32)(MutHeadsView, float*, HeadsView, HeadsView, HeadsView, AttentionDims,
+                               AttentionMask, float);
+  void (*backward_bf16_of_fp32)(MutHeadsView, MutHeadsView, MutHeadsView, HeadsView, HeadsView, const float*,
+                                HeadsView, HeadsView, HeadsView, AttentionDims, AttentionMask, float);
 };
 
-// The Path of a kernel pair: BlockwiseAttention<Tiles> and BlockwiseAttention<Tiles, bf16>.
-template <class Fp32Kernel, class Bf16Kernel>
-constexpr Path make_path(const char* name) {
+// The Path of a kernel pair: BlockwiseAttention<Tiles> and BlockwiseAttention<Tiles, bf16>; of a bf16
+// kernel alone (null fp32 entries).
+template <class Bf16Kernel>
+constexpr Path make_bf16_path(const char* name) {
   return {name,
-          &Fp32Kernel::template forward<MutHeadsView>,
-          &Fp32Kernel::backward,
+          nullptr,
+          nullptr,
           &Bf16Kernel::template forward<MutHeadsView>,
           &Bf16Kernel::template forward<MutBf16HeadsView>,
-          &Bf16Kernel::backward};
+          &Bf16Kernel::template backward<>,
+          &Bf16Kernel::template forward<MutHeadsView, HeadsView>,
+          &Bf16Kernel::template backward<HeadsView>};
+}
+template <class Fp32Kernel, class Bf16Kernel>
+constexpr Path make_path(const char* name) {
+  Path p = make_bf16_path<Bf16Kernel>(name);
+  p.forward = &Fp32Kernel::template forward<MutHeadsView>;
+  p.backward = &Fp32Kernel::template backward<>;
+  return p;
 }
 
 #if ODYSSEY_ATTN_X86_PATHS
-extern const Path avx512;  // 16-float vectors, 6 x 4 micro-tiles; needs AVX-512F
-extern const Path avx2;    // 8-float vectors, 6 x 2 micro-tiles; needs AVX2 and FMA
+extern const Path avx512_bf16;  // avx512's tiles with VDPBF16PS products; bf16 entries only (see above)
+extern const Path avx512;       // 16-float vectors, 6 x 4 micro-tiles; needs AVX-512F
+extern const Path avx2;         // 8-float vectors, 6 x 2 micro-tiles; needs AVX2 and FMA
 #endif
 extern const Path portable;  // 4-float vectors, 6 x 2 micro-tiles; the build's baseline ISA
 

@@ -24,10 +24,12 @@
 // across threads), so the result is bitwise the same whichever schedule and thread count run.
 //
 // Elem = bf16 is the kernel under the bf16 policy (attention.h: attention_forward_bf16): the views hold
-// bf16, packed here into the tiles' fp32 (exact); q is packed unscaled and the scores are scaled after
-// the product; P (and dS in the backward) are rounded to bf16 after the exp, before the products that
-// read them; K's gradient gets the scale when it is added out. Elem = float compiles exactly the fp32
-// kernel (every bf16 step is an `if constexpr`).
+// bf16, packed here into the tiles' fp32 (exact), or fp32 (In = HeadsView: the model's fp32 copies of
+// its bf16 activations, a K/V prefix, an fp32 gradient), rounded to bf16 as they are packed (exact for a
+// value the policy rounded already); q is packed unscaled and the scores are scaled after the product; P (and
+// dS in the backward) are rounded to bf16 after the exp, before the products that read them; K's gradient
+// gets the scale when it is added out. Elem = float compiles exactly the fp32 kernel (every bf16 step is an
+// `if constexpr`).
 #pragma once
 
 #include <omp.h>
@@ -56,8 +58,9 @@ template <class Tiles, class Elem = float>
 struct BlockwiseAttention {
   static constexpr bool kBf16 = std::is_same_v<Elem, bf16>;
   static_assert(kBf16 || std::is_same_v<Elem, float>);
+  // The view type of the fp32 kernel's inputs, and the bf16 policy's own (it also reads HeadsView).
   using InView = std::conditional_t<kBf16, Bf16HeadsView, HeadsView>;
-  static float widen(float x) { return x; }
+  static float widen(float x) { return kBf16 ? round_to_bf16(x) : x; }
   static float widen(bf16 x) { return bf16_to_float(x); }
   // The bf16 policy's rounding of P and dS: the first `rows` rows of a [*, kBlockK] tile, in place,
   // kW lanes at a time with the conversion paths' arithmetic (bf16_convert_lanes.h: core/bf16.h's RNE).
@@ -148,13 +151,13 @@ struct BlockwiseAttention {
   using Tile = typename Geometry::Tile;
 
   // Row-major copy of one head of a [B, T, heads, D] view into [t_pad, Dp], times mult, zero padded.
-  static void pack_rows(float* dst, InView src, int b, int h, int T, int64_t t_pad, int D, int Dp,
-                        float mult) {
+  template <class In>
+  static void pack_rows(float* dst, In src, int b, int h, int T, int64_t t_pad, int D, int Dp, float mult) {
     for (int64_t t = 0; t < t_pad; ++t) {
       float* d = dst + t * Dp;
       int c = 0;
       if (t < T) {
-        const Elem* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
+        const auto* s = src.data + b * src.batch_stride + t * src.row_stride + int64_t{h} * D;
         for (; c < D; ++c) d[c] = mult * widen(s[c]);
       }
       for (; c < Dp; ++c) d[c] = 0.0f;
@@ -164,11 +167,12 @@ struct BlockwiseAttention {
   // One head of a [B, T, heads, D] view as transposed key blocks [nb][D][kBlockK], zero padded.
   // Columns outer, keys inner: the block's source rows stay in L1 while each output row is written
   // contiguously (keys outer scattered every store kBlockK floats apart: 9% of a T = 1K forward).
-  static void pack_transposed(float* dst, InView src, int b, int h, int T, int nb, int D) {
+  template <class In>
+  static void pack_transposed(float* dst, In src, int b, int h, int T, int nb, int D) {
     for (int blk = 0; blk < nb; ++blk) {
       float* d = dst + int64_t{blk} * D * kBlockK;
       const int cols = static_cast<int>(std::min<int64_t>(kBlockK, T - int64_t{blk} * kBlockK));
-      const Elem* s =
+      const auto* s =
           src.data + b * src.batch_stride + int64_t{blk} * kBlockK * src.row_stride + int64_t{h} * D;
       for (int c = 0; c < D; ++c) {
         float* dc = d + int64_t{c} * kBlockK;
@@ -249,13 +253,13 @@ struct BlockwiseAttention {
   // ---------------------------------------------------------------------------------------------------
   // Forward
 
-  // Out: MutHeadsView (fp32 out) or, under the bf16 policy, MutBf16HeadsView.
-  template <class Out>
+  // Out: MutHeadsView (fp32 out) or, under the bf16 policy, MutBf16HeadsView; In: InView or HeadsView.
+  template <class Out, class In>
   struct ForwardCtx {
     const Geometry& g;
     Out out;
     float* lse;
-    InView q;
+    In q;
     float scale;
     const float* kt;  // [B, Hkv][nkb][D][kBlockK]
     const float* vr;  // [B, Hkv][tk_pad][Dp]
@@ -274,8 +278,8 @@ struct BlockwiseAttention {
     }
   };
 
-  template <class Out>
-  static void forward_task(const ForwardCtx<Out>& c, ForwardTiles& t, int b, int h, int qb) {
+  template <class Out, class In>
+  static void forward_task(const ForwardCtx<Out, In>& c, ForwardTiles& t, int b, int h, int qb) {
     const Geometry& g = c.g;
     const int D = g.dims.D, Dp = g.Dp, rows = g.q_rows(qb);
     const int M = static_cast<int>(round_up(rows, kRows));
@@ -288,7 +292,7 @@ struct BlockwiseAttention {
       float* d = t.qs + i * Dp;
       int col = 0;
       if (i < rows) {
-        const Elem* s =
+        const auto* s =
             c.q.data + b * c.q.batch_stride + (int64_t{qb} * kBlockQ + i) * c.q.row_stride + int64_t{h} * D;
         if constexpr (kBf16) {
           for (; col < D; ++col) d[col] = widen(s[col]);
@@ -500,9 +504,9 @@ struct BlockwiseAttention {
     return busy >= 5.0 / 7.0 ? Schedule::fused : Schedule::split;
   }
 
-  template <class Out>
-  static void forward(Out out, float* lse, InView q, InView k, InView v, AttentionDims dims,
-                      AttentionMask mask, float scale) {
+  template <class Out, class In = InView>
+  static void forward(Out out, float* lse, In q, In k, In v, AttentionDims dims, AttentionMask mask,
+                      float scale) {
     check_dims(dims);
     const Geometry g(dims, mask);
     const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
@@ -522,7 +526,7 @@ struct BlockwiseAttention {
       pack_rows(vr + int64_t{bh} * g.tk_pad * Dp, v, bh / Hkv, bh % Hkv, dims.Tk, g.tk_pad, D, Dp, 1.0f);
     }
 
-    const ForwardCtx<Out> ctx{g, out, lse, q, scale, kt, vr};
+    const ForwardCtx<Out, In> ctx{g, out, lse, q, scale, kt, vr};
     const int64_t tasks = int64_t{B} * H * g.nqb;
 #pragma omp parallel
     {
@@ -537,9 +541,9 @@ struct BlockwiseAttention {
     }
   }
 
-  static void backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, InView dout, InView out,
-                       const float* lse, InView q, InView k, InView v, AttentionDims dims, AttentionMask mask,
-                       float scale) {
+  template <class In = InView>
+  static void backward(MutHeadsView dq, MutHeadsView dk, MutHeadsView dv, In dout, In out, const float* lse,
+                       In q, In k, In v, AttentionDims dims, AttentionMask mask, float scale) {
     check_dims(dims);
     const Geometry g(dims, mask);
     const int B = dims.B, H = dims.H, Hkv = dims.Hkv, D = dims.D, Dp = g.Dp;
@@ -573,8 +577,8 @@ struct BlockwiseAttention {
         lsep[base + t] = l == -kInf ? kInf : l;  // rows that see no key: P = exp(S - inf) = 0
         double acc = 0.0;
         if (t < dims.Tq) {
-          const Elem* o = out.data + b * out.batch_stride + t * out.row_stride + int64_t{h} * D;
-          const Elem* g_o = dout.data + b * dout.batch_stride + t * dout.row_stride + int64_t{h} * D;
+          const auto* o = out.data + b * out.batch_stride + t * out.row_stride + int64_t{h} * D;
+          const auto* g_o = dout.data + b * dout.batch_stride + t * dout.row_stride + int64_t{h} * D;
           for (int col = 0; col < D; ++col) acc += double{widen(o[col])} * widen(g_o[col]);
         }
         delta[base + t] = static_cast<float>(acc);

@@ -35,14 +35,14 @@ void LocalAttention::forward(float* out, float* lse, const float* qkv, int B, in
                              AttentionSavedPtr& saved) {
   saved.reset();  // out, lse and the layer's qkv are all backward needs
   const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
-  attention_forward(heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),
+  attention_forward(bf16_, heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),
                     {B, T, T, H, f.Hkv, D}, {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
 }
 
 void LocalAttention::backward(float* dqkv, const float* dout, const float* out, const float* lse,
                               const float* qkv, int B, int T, int H, int D, const AttentionSaved* /*saved*/) {
   const FusedQkv f{H, n_kv_head_ ? n_kv_head_ : H, D};
-  attention_backward(f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
+  attention_backward(bf16_, f.q(dqkv, T), f.k(dqkv, T), f.v(dqkv, T), heads_view(dout, T, H, D),
                      heads_view(out, T, H, D), lse, f.q(qkv, T), f.k(qkv, T), f.v(qkv, T),
                      {B, T, T, H, f.Hkv, D}, {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
 }
@@ -70,7 +70,7 @@ void LocalAttention::forward_chunk(float* out, float* lse, const float* qkv, KvR
   const int64_t HD = int64_t(H) * D, s = kv.row_stride;
   for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
     const int64_t k0 = int64_t(b) * T * s;
-    attention_forward({out + i * HD, 0, HD}, lse + int64_t(i) * H, {qkv + i * f.width(), 0, f.width()},
+    attention_forward(bf16_, {out + i * HD, 0, HD}, lse + int64_t(i) * H, {qkv + i * f.width(), 0, f.width()},
                       {kv.k + k0, 0, s}, {kv.v + k0, 0, s}, {1, m, t0 + m, H, f.Hkv, D},
                       {MaskKind::causal, t0, 0}, 1.0f / std::sqrt(float(D)));
   });
@@ -83,10 +83,11 @@ void LocalAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* dou
   const int64_t HD = int64_t(H) * D, s = kv.row_stride, ds = dkv.row_stride;
   for_each_piece(r, n, T, [&](int b, int t0, int m, int i) {
     const int64_t k0 = int64_t(b) * T * s, dk0 = int64_t(b) * T * ds;
-    attention_backward({dqkv + i * f.width(), 0, f.width()}, {dkv.k + dk0, 0, ds}, {dkv.v + dk0, 0, ds},
-                       {dout + i * HD, 0, HD}, {out + i * HD, 0, HD}, lse + int64_t(i) * H,
-                       {qkv + i * f.width(), 0, f.width()}, {kv.k + k0, 0, s}, {kv.v + k0, 0, s},
-                       {1, m, t0 + m, H, f.Hkv, D}, {MaskKind::causal, t0, 0}, 1.0f / std::sqrt(float(D)));
+    attention_backward(bf16_, {dqkv + i * f.width(), 0, f.width()}, {dkv.k + dk0, 0, ds},
+                       {dkv.v + dk0, 0, ds}, {dout + i * HD, 0, HD}, {out + i * HD, 0, HD},
+                       lse + int64_t(i) * H, {qkv + i * f.width(), 0, f.width()}, {kv.k + k0, 0, s},
+                       {kv.v + k0, 0, s}, {1, m, t0 + m, H, f.Hkv, D}, {MaskKind::causal, t0, 0},
+                       1.0f / std::sqrt(float(D)));
   });
   // The chunk's rows of dK and dV are complete.
   const int64_t w = int64_t(f.Hkv) * D;

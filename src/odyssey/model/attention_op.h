@@ -116,6 +116,8 @@ class AttentionOp : public AttentionSizing {
 class LocalAttention : public AttentionOp {
  public:
   explicit LocalAttention(int n_kv_head = 0);  // 0: as many as query heads
+  // train.precision = bf16: the kernel under the bf16 policy (kernels/attention.h), else the fp32 kernel.
+  void set_bf16(bool on) { bf16_ = on; }
   void forward(float* out, float* lse, const float* qkv, int B, int T, int H, int D,
                AttentionSavedPtr& saved) override;
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
@@ -130,6 +132,7 @@ class LocalAttention : public AttentionOp {
 
  private:
   int n_kv_head_;
+  bool bf16_ = false;
 };
 
 }  // namespace odyssey

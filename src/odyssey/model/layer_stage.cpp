@@ -83,6 +83,7 @@ void LayerStage::set_memory(const MemoryOptions& memory) {
   ODY_CHECK(memory.tier == MemoryTier::ram || !memory.offload_dir.empty(),
             "memory.tier = disk needs memory.offload_dir, a directory on a local disk");
   memory_ = memory;
+  local_attention_.set_bf16(memory.bf16);  // the sequence-parallel ops know it from their options
 }
 
 void LayerStage::take_tokens(const int* inputs, const int* targets, const int* positions, int B, int T,

@@ -234,8 +234,8 @@ void RingAttention::forward_heads(MutHeadsView out, float* lse, HeadsView q, Hea
     Timer compute;
     for_each_block(mine, segments(src, Tl), rows, [&](const Segment& ks, int row, int n, AttentionMask m) {
       const HeadsView kb{cur + ks.offset * kvw, Tl * kvw, kvw}, vb{kb.data + int64_t(Hkv) * D, Tl * kvw, kvw};
-      attention_forward(heads_view(blk_out_.data(), n, H, D), blk_lse_.data(), rows_of(q, row), kb, vb,
-                        {B, n, ks.len, H, Hkv, D}, m, scale);
+      attention_forward(options_.bf16_wire, heads_view(blk_out_.data(), n, H, D), blk_lse_.data(),
+                        rows_of(q, row), kb, vb, {B, n, ks.len, H, Hkv, D}, m, scale);
       merge_attention_block(rows_of(out, row), lse + row, Tl, as_const(heads_view(blk_out_.data(), n, H, D)),
                             blk_lse_.data(), B, n, H, D);
       if (recv) recv->test();
@@ -291,8 +291,9 @@ void RingAttention::backward_heads(MutHeadsView dq, MutHeadsView dk, MutHeadsVie
       for (int bh = 0; bh < B * H; ++bh)
         std::memcpy(lse_rows_.data() + int64_t(bh) * n, lse + int64_t(bh) * Tl + row,
                     size_t(n) * sizeof(float));
-      attention_backward(rows_of(dq, row), dkb, dvb, rows_of(dout, row), rows_of(out, row), lse_rows_.data(),
-                         rows_of(q, row), kb, vb, {B, n, ks.len, H, Hkv, D}, m, scale);
+      attention_backward(options_.bf16_wire, rows_of(dq, row), dkb, dvb, rows_of(dout, row),
+                         rows_of(out, row), lse_rows_.data(), rows_of(q, row), kb, vb,
+                         {B, n, ks.len, H, Hkv, D}, m, scale);
       poll();
     });
     times_.compute += compute.seconds();

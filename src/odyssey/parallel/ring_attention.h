@@ -40,6 +40,7 @@ struct RingOptions {
   int progress_rows = 256;
   // train.precision = bf16: the K|V blocks travel as bf16 (the policy stores k and v in bf16: lossless,
   // half the bytes); the dK|dV partial sums stay fp32 (mixed-precision.md §7, comm.sp_grads = fp32).
+  // The blocks' kernel is then the bf16 policy's (attention_forward_bf16; partial outputs merged in fp32).
   bool bf16_wire = false;
 };
 

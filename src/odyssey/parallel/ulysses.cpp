@@ -151,7 +151,7 @@ void UlyssesAttention::forward(float* out, float* lse, const float* qkv, int B, 
   if (inner_)
     inner_->forward_heads(out_h, lse, loc.q(qkv_h, Tf), loc.k(qkv_h, Tf), loc.v(qkv_h, Tf), dims);
   else
-    attention_forward(out_h, lse, loc.q(qkv_h, Tf), loc.k(qkv_h, Tf), loc.v(qkv_h, Tf), dims,
+    attention_forward(bf16_wire_, out_h, lse, loc.q(qkv_h, Tf), loc.k(qkv_h, Tf), loc.v(qkv_h, Tf), dims,
                       {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
 
   // Rank i's tokens of my heads go back to rank i; block j of what comes back is rank j's heads.
@@ -204,9 +204,9 @@ void UlyssesAttention::backward(float* dqkv, const float* dout, const float* /*o
     inner_->backward_heads(loc.q(dqkv_h, Tf), loc.k(dqkv_h, Tf), loc.v(dqkv_h, Tf), dout_v, out_v, lse,
                            loc.q(qkv_h, Tf), loc.k(qkv_h, Tf), loc.v(qkv_h, Tf), dims);
   else
-    attention_backward(loc.q(dqkv_h, Tf), loc.k(dqkv_h, Tf), loc.v(dqkv_h, Tf), dout_v, out_v, lse,
-                       loc.q(qkv_h, Tf), loc.k(qkv_h, Tf), loc.v(qkv_h, Tf), dims, {MaskKind::causal, 0, 0},
-                       1.0f / std::sqrt(float(D)));
+    attention_backward(bf16_wire_, loc.q(dqkv_h, Tf), loc.k(dqkv_h, Tf), loc.v(dqkv_h, Tf), dout_v, out_v,
+                       lse, loc.q(qkv_h, Tf), loc.k(qkv_h, Tf), loc.v(qkv_h, Tf), dims,
+                       {MaskKind::causal, 0, 0}, 1.0f / std::sqrt(float(D)));
 
   // dq|dk|dv: head-sharded -> sequence-sharded, in one all-to-all.
   full_to_blocks(send_.data(), dqkv_h_.data(), U, B, T, W);
@@ -303,9 +303,9 @@ void UlyssesAttention::forward_chunk(float* out, float* lse, const float* qkv, K
     // The segment's U m queries of my heads, in order, against the prefix of its sequence.
     const int64_t k0 = int64_t(b) * U * T * s;
     const int q0 = U * t0, mq = U * m;
-    attention_forward({dout_h_.data(), 0, hw}, lse + int64_t(i) * H, {recv_.data(), 0, hw}, {kv.k + k0, 0, s},
-                      {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D}, {MaskKind::causal, q0, 0},
-                      1.0f / std::sqrt(float(D)));
+    attention_forward(bf16_wire_, {dout_h_.data(), 0, hw}, lse + int64_t(i) * H, {recv_.data(), 0, hw},
+                      {kv.k + k0, 0, s}, {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D},
+                      {MaskKind::causal, q0, 0}, 1.0f / std::sqrt(float(D)));
     // Rows [q m, (q + 1) m) of the segment are rank q's tokens: out goes back as it lies.
     exchange(dout_h_.data(), recv_.data(), size_t(block));
 #pragma omp parallel for collapse(2) schedule(static)
@@ -346,10 +346,10 @@ void UlyssesAttention::backward_chunk(float* dqkv, MutKvRows dkv, const float* d
     float* dq = dout_h_.data();
     std::memset(dq, 0, size_t(mq) * size_t(hw) * sizeof(float));
     const float* seg = recv_.data();
-    attention_backward({dq, 0, hw}, {dkv.k + dk0, 0, ds}, {dkv.v + dk0, 0, ds}, {seg + 2 * hw, 0, 3 * hw},
-                       {seg + hw, 0, 3 * hw}, lse + int64_t(i) * H, {seg, 0, 3 * hw}, {kv.k + k0, 0, s},
-                       {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D}, {MaskKind::causal, q0, 0},
-                       1.0f / std::sqrt(float(D)));
+    attention_backward(bf16_wire_, {dq, 0, hw}, {dkv.k + dk0, 0, ds}, {dkv.v + dk0, 0, ds},
+                       {seg + 2 * hw, 0, 3 * hw}, {seg + hw, 0, 3 * hw}, lse + int64_t(i) * H,
+                       {seg, 0, 3 * hw}, {kv.k + k0, 0, s}, {kv.v + k0, 0, s}, {1, mq, q0 + mq, Hl, Hkvl, D},
+                       {MaskKind::causal, q0, 0}, 1.0f / std::sqrt(float(D)));
     // Back: dq | dk | dv of the segment (its dK, dV complete: later segments have run), block q the
     // rows of rank q's tokens.
 #pragma omp parallel for schedule(static)

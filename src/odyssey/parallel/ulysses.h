@@ -80,6 +80,7 @@ class UlyssesAttention : public AttentionOp {
   // bf16_wire (train.precision = bf16): every all-to-all moves bf16 (q, k, v, the output and their
   // gradients, which the policy stores in bf16: lossless for the rounded q, k, v and d(output); the
   // output and d(qkv) are rounded on the wire rather than after it, the same values): half the bytes.
+  // The kernel is then the bf16 policy's (attention_forward_bf16).
   UlyssesAttention(Communicator& ulysses, int n_kv_head = 0, RingAttention* inner = nullptr,
                    int deal_chunk = 0, bool bf16_wire = false);
 
