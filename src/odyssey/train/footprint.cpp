@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
 
+#include "odyssey/checkpoint/checkpoint.h"
 #include "odyssey/comm/mpi_communicator.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/tensor_view.h"
@@ -74,6 +78,26 @@ namespace {
 
 constexpr int kAdamWStates = 2;  // m and v
 
+// The stage table of the layers of `range`, cut for tp piece r of t, built once per (model, layers,
+// piece) and kept until the process ends: the planner's search sizes thousands of layouts of one model,
+// and rebuilding an 80-layer table for each was most of its time. model_key: the model's record
+// (model_config_to_json), which names it whole. Locked: any thread may ask.
+const ParamTable& stage_table(const std::string& model_key, const ModelConfig& model, const StageRange& range,
+                              int t, int r) {
+  using Key = std::tuple<std::string, int, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<const ParamTable>> cache;
+  const StageRange resolved = range.resolved(model);
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<const ParamTable>& table =
+      cache[Key{model_key, resolved.layer_begin, resolved.layer_end, t, r}];
+  if (!table) {
+    ParamTable whole = architecture(model.arch).stage_table(model, resolved);
+    table = std::make_unique<const ParamTable>(t > 1 ? whole.tensor_parallel(t, r) : std::move(whole));
+  }
+  return *table;
+}
+
 int replicas_of(const RunConfig& c, const RankPlace& place) {
   if (place.replicas > 0) return place.replicas;
   ODY_CHECK(c.parallel.dp > 0, "footprint: parallel.dp must be given (it is {}: derived from a world size)",
@@ -114,13 +138,13 @@ struct LayoutSizes {
     const auto [begin, end] = ranges[size_t(chunk * shape.P + pp)];
     return StageRange{begin, end}.resolved(c.model);
   }
-  ParamTable table(const StageRange& range, int tp) const {
-    ParamTable t = arch.stage_table(c.model, range);
-    return c.parallel.tp > 1 ? t.tensor_parallel(c.parallel.tp, tp) : t;
+  const ParamTable& table(const StageRange& range, int tp) const {
+    return stage_table(model_key, c.model, range, c.parallel.tp, tp);
   }
 
   const RunConfig& c;
   const Architecture& arch;
+  const std::string model_key = model_config_to_json(c.model).dump();  // stage_table's
   int replicas = 1;
   PipelineShape shape;
   std::vector<std::pair<int, int>> ranges;
@@ -134,10 +158,10 @@ struct LayoutSizes {
 // One stage (model chunk) of the rank: its table, what a micro-batch of it holds, and its place.
 struct ChunkSizes {
   StageRange range;
-  ParamTable table;
-  StageMemory memory;     // one micro-batch (block_stage_memory)
-  uint64_t hidden = 0;    // a received hidden state or its gradient [rows(B T), C]
-  uint64_t deferred = 0;  // zb1: an I's recorded weight-GEMM operands
+  const ParamTable* table = nullptr;  // stage_table's
+  StageMemory memory;                 // one micro-batch (block_stage_memory)
+  uint64_t hidden = 0;                // a received hidden state or its gradient [rows(B T), C]
+  uint64_t deferred = 0;              // zb1: an I's recorded weight-GEMM operands
   bool first = false, last = false;
 };
 
@@ -480,7 +504,7 @@ EngineBytes replay_engines(const LayoutSizes& L, const RankPlace& place,
   const char* tied = L.arch.tied_head(c.model);
   std::vector<EngineReplay> engines;
   for (const ChunkSizes& cs : chunks)
-    engines.emplace_back(cs.table, stage_unit_schedule(c.model, cs.range, tied != nullptr), zo, L.replicas,
+    engines.emplace_back(*cs.table, stage_unit_schedule(c.model, cs.range, tied != nullptr), zo, L.replicas,
                          place.replica);
   for (EngineReplay& e : engines) e.zero_grad();
   std::vector<int> backwards_left(chunks.size(), L.shape.m);
@@ -515,8 +539,8 @@ uint64_t gradient_sum_scratch_bytes(const LayoutSizes& L, const RankPlace& place
   for (size_t i = 0; i < chunks.size(); ++i) {
     const std::vector<Range>& runs = engines.grad_runs[i];
     if (pc.tp > 1)
-      tp_floats += TpGradients::plan(chunks[i].table, pc.tp, place.tp, pc.tp_sp).scratch_floats(runs);
-    if (const ParamInfo* t = tied ? chunks[i].table.try_find(tied) : nullptr)
+      tp_floats += TpGradients::plan(*chunks[i].table, pc.tp, place.tp, pc.tp_sp).scratch_floats(runs);
+    if (const ParamInfo* t = tied ? chunks[i].table->try_find(tied) : nullptr)
       for (uint64_t n :
            gradient_sum_messages(runs, {Range{t->offset, t->offset + t->numel}}, HeldRuns::differ))
         tied_floats = std::max(tied_floats, n);
@@ -569,8 +593,8 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
   for (int chunk = 0; chunk < L.shape.v; ++chunk) {
     ChunkSizes cs;
     cs.range = L.range(chunk, place.pp);
-    cs.table = L.table(cs.range, place.tp);
-    const StateBytes s = engine_state_bytes(cs.table, zo, L.replicas, place.replica, kAdamWStates);
+    cs.table = &L.table(cs.range, place.tp);
+    const StateBytes s = engine_state_bytes(*cs.table, zo, L.replicas, place.replica, kAdamWStates);
     f.state.params += s.params, f.state.grads += s.grads, f.state.optimizer += s.optimizer;
     cs.memory = block_stage_memory(L.arch.block(), mc, cs.range, L.B, L.T, L.memory(policy), L.split,
                                    L.vocab_rows, *L.attention);
@@ -606,15 +630,15 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
 }  // namespace
 
 StateBytes rank_state_bytes(const RunConfig& config, const RankPlace& place) {
-  const Architecture& arch = architecture(config.model.arch);
   const std::vector<std::pair<int, int>> ranges = stage_ranges(config);
   const int P = config.parallel.pp, v = P > 1 ? config.parallel.pp_virtual : 1;
   const ZeroOptions zo = zero_options(config);
+  const std::string model_key = model_config_to_json(config.model).dump();
   StateBytes total;
   for (int chunk = 0; chunk < v; ++chunk) {
     const auto [begin, end] = ranges[size_t(chunk * P + place.pp)];
-    ParamTable table = arch.stage_table(config.model, StageRange{begin, end});
-    if (config.parallel.tp > 1) table = table.tensor_parallel(config.parallel.tp, place.tp);
+    const ParamTable& table =
+        stage_table(model_key, config.model, StageRange{begin, end}, config.parallel.tp, place.tp);
     const StateBytes s =
         engine_state_bytes(table, zo, replicas_of(config, place), place.replica, kAdamWStates);
     total.params += s.params, total.grads += s.grads, total.optimizer += s.optimizer;
