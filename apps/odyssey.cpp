@@ -214,7 +214,8 @@ int cmd_export(const std::string& checkpoint, const std::string& to, const std::
   auto model = load_model(checkpoint, &state);
   ODY_CHECK(state.model.arch == adapter.arch,
             "--to {}: the checkpoint {} holds a model.arch = {} model (use {})", to,
-            resolve_checkpoint(checkpoint), state.model.arch, hf_adapter_for_arch(state.model.arch).format);
+            resolve_checkpoint(checkpoint), enum_name(kArchNames, state.model.arch),
+            hf_adapter_for_arch(state.model.arch).format);
   adapter.export_weights(state.model, model->params(), output);
   convert_hf_export(output, d);
   log_info("exported {} to {} (model.safetensors in {}, config.json)", resolve_checkpoint(checkpoint), output,

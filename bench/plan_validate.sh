@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner's time model against measured runs on this machine (planner.md §9.3): a fixed matrix of
 # layouts (two small GPT-2 shapes, 1/2/4 ranks, ZeRO 0-3, Ulysses, ring, hybrid, quantized communication,
-# micro-batch and accumulation variants), each trained 5 steps with steps 3-5 timed, 3 repetitions
+# micro-batch and accumulation variants, pipeline parallelism under 1F1B and zb1: the bubble model), each trained 5 steps with steps 3-5 timed, 3 repetitions
 # alternating over the matrix; the median per layout against `odyssey plan`'s prediction on the
 # calibrated cluster file. Prints a table, MAPE, the largest error and Kendall's tau, and writes
 # $RESULT (bench/results/plan_validate/<date>_<commit>.json): the host (CPU, oneDNN ISA), the load before,
@@ -11,7 +11,8 @@
 # The cluster file is calibrated first when it does not exist or CALIBRATE=1 (in the same conditions as
 # the measurement, just before it):
 #   mpirun -np 2 build/odyssey plan --calibrate --config <model> --output configs/clusters/local.toml
-# REPS (3) repetitions; ONLY=regex restricts the matrix (model errors first, the full run after).
+# REPS (3) repetitions; ONLY=regex restricts the matrix (model errors first, the full run after); STEPS
+# (5) steps per run, the median of those from the third on timed (a smoke run: REPS=1 STEPS=3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -19,6 +20,7 @@ CLUSTER=${2:-configs/clusters/local.toml}
 BIN=$BUILD/odyssey
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ODYSSEY_CACHE=${ODYSSEY_CACHE:-$PWD/cache}
 REPS=${REPS:-3}
+STEPS=${STEPS:-5}
 OUT=${OUT:-runs/plan_validate}
 DATA=${DATA:-cache/brown/bytes}
 RESULT=${RESULT:-bench/results/plan_validate/$(date -u +%Y%m%d_%H%M)_$(git rev-parse --short HEAD).json}
@@ -52,7 +54,7 @@ ${!var}
 [data]
 train = "$DATA/train_*.bin"
 [train]
-steps = 5
+steps = $STEPS
 global_batch = 8
 micro_batch = 8
 lr = 1e-3
@@ -95,6 +97,10 @@ matrix=(
   "m4-ring4|medium|4|parallel.sp_ring=4"
   "m4-uly2-dp2|medium|4|parallel.sp_ulysses=2 parallel.zero_stage=1 train.micro_batch=4"
   "m4-zpp|medium|4|parallel.zero_stage=3 train.micro_batch=2 parallel.ranks_per_node=2 comm.weights=int8 comm.hpz=true comm.grads=qgz"
+  # Pipelines of 2 stages over 4 micro-batches: 1F1B's bubble (P-1)(t_f+t_b), zb1's (planner.md §6.4).
+  "s2-pp2-1f1b|small|2|parallel.pp=2 train.micro_batch=2"
+  "s2-pp2-zb1|small|2|parallel.pp=2 parallel.pp_schedule=zb1 train.micro_batch=2"
+  "m2-pp2-1f1b|medium|2|parallel.pp=2 train.micro_batch=2"
 )
 
 sets() { local s=""; for kv in $1; do s="$s --set $kv"; done; echo "$s"; }

@@ -156,7 +156,7 @@ TEST_F(HfGpt2Test, ExportThenImportIsIdentity) {
 
 TEST_F(HfGpt2Test, ReferenceConfigMatchesExport) {
   const ModelConfig c = read_hf_gpt2_config(kRef);
-  EXPECT_EQ(c.arch, "gpt2");
+  EXPECT_EQ(c.arch, Arch::gpt2);
   EXPECT_EQ(c.n_layer, 2);
   EXPECT_EQ(c.n_head, 5);
   EXPECT_EQ(c.d_model, 40);

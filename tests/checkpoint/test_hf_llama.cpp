@@ -30,11 +30,11 @@ namespace {
 
 ModelConfig llama(bool tied, bool scaled) {
   ModelConfig c;
-  c.arch = "llama";
+  c.arch = Arch::llama;
   c.n_layer = 2, c.n_head = 4, c.n_kv_head = 2, c.d_model = 24, c.d_ff = 40, c.seq_len = 33,
   c.vocab_size = 61;
   c.rms_norm_eps = 1e-5, c.rope_theta = 500000, c.tie_embeddings = tied;
-  if (scaled) c.rope_scaling = {"llama3", 32.0, 1.0, 4.0, 16};
+  if (scaled) c.rope_scaling = {RopeType::llama3, 32.0, 1.0, 4.0, 16};
   return c;
 }
 
@@ -199,7 +199,7 @@ TEST_F(HfLlama, TiedHeadMustEqualTheEmbedding) {
 
 ModelConfig qwen2(bool tied) {
   ModelConfig c = llama(tied, false);
-  c.arch = "qwen2", c.rope_theta = 1e6, c.rms_norm_eps = 1e-6;
+  c.arch = Arch::qwen2, c.rope_theta = 1e6, c.rms_norm_eps = 1e-6;
   return c;
 }
 
@@ -210,7 +210,7 @@ TEST_F(HfLlama, Qwen2RoundTripIsBitwise) {
     const std::string out = dir("qwen2_" + std::to_string(tied));
     export_hf_llama(c, params.data(), out);
     const ModelConfig back = read_hf_qwen2_config(out);
-    EXPECT_EQ(back.arch, "qwen2");
+    EXPECT_EQ(back.arch, Arch::qwen2);
     EXPECT_EQ(back.n_kv_head, c.n_kv_head);
     EXPECT_EQ(back.d_ff, c.d_ff);
     EXPECT_EQ(back.rope_theta, c.rope_theta);

@@ -13,7 +13,7 @@ namespace {
 
 ModelConfig small_llama() {
   ModelConfig c;
-  c.arch = "llama";
+  c.arch = Arch::llama;
   c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.d_ff = 96, c.seq_len = 32, c.vocab_size = 256;
   return c;
 }

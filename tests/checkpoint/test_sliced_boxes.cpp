@@ -36,7 +36,7 @@ ModelConfig gpt2_odd() {
 
 ModelConfig llama_gqa(int kv_heads) {
   ModelConfig c;
-  c.arch = "llama";
+  c.arch = Arch::llama;
   c.n_layer = 2, c.n_head = 12, c.n_kv_head = kv_heads, c.d_model = 24, c.d_ff = 36, c.seq_len = 5;
   c.vocab_size = 13;
   return c;

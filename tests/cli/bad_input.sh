@@ -94,7 +94,8 @@ negative keep|checkpoint.keep must be >= 0, got -1|"\${T[@]}" --set checkpoint.k
 unknown tokenizer key|data.tokenizer: unknown value 'wordpiece'|"\${T[@]}" --set data.tokenizer=wordpiece
 zero layers|model.n_layer must be positive, got 0|"\${T[@]}" --set model.n_layer=0
 zero vocabulary|model.vocab_size must be positive, got 0|"\${T[@]}" --set model.vocab_size=0
-unknown architecture|model.arch: unknown architecture 'bert'|"\${T[@]}" --set model.arch=bert
+unknown architecture|model.arch: unknown value 'bert' \(gpt2, llama, qwen2\)|"\${T[@]}" --set model.arch=bert
+unknown rope scaling|model.rope_scaling.rope_type: unknown value 'yarn' \(\"\", llama3\)|"\${T[@]}" --set model.rope_scaling.rope_type=yarn
 negative steps|train.steps must be >= 0, got -5|"\${T[@]}" --set train.steps=-5
 negative warmup|train.warmup_steps must be >= 0, got -1|"\${T[@]}" --set train.warmup_steps=-1
 beta1 of 1|train.beta1 must be in \[0, 1\), got 1|"\${T[@]}" --set train.beta1=1

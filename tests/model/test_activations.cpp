@@ -94,7 +94,7 @@ TEST(Activations, BytesForMatchesAllocate) {
                             tier == MemoryTier::disk && range.layers() - 1 - (range.embeddings() ? 0 : 1) > 0)
                       << what;
                   ModelConfig lc = c;  // Llama: GQA over a quarter of the heads when they divide, SwiGLU 3d
-                  lc.arch = "llama", lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
+                  lc.arch = Arch::llama, lc.n_kv_head = s.n_head % 4 == 0 ? s.n_head / 4 : s.n_head,
                   lc.d_ff = 3 * s.d_model;
                   if (lc.n_kv_head % t != 0 && t % lc.n_kv_head != 0) continue;
                   BlockActivations l(llama_block());

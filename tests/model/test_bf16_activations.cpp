@@ -31,7 +31,7 @@ struct Result {
 
 ModelConfig config(const std::string& arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.arch = parse_enum(kArchNames, arch, "model.arch");
   c.n_layer = 3, c.n_head = 5, c.d_model = 35, c.seq_len = 40, c.vocab_size = 67;
   if (arch == "llama") c.n_head = 4, c.n_kv_head = 2, c.d_model = 32, c.d_ff = 40;
   return c;
@@ -41,7 +41,7 @@ ModelConfig config(const std::string& arch) {
 // activations in 2-byte buffers when memory.bf16.
 Result run(const std::string& arch, const MemoryOptions& memory) {
   const ModelConfig c = config(arch);
-  auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
+  auto stage = architecture(c.arch).make_stage(c, StageRange{}, true, {});
   Stage& model = *stage;
   init_parameters(model.params(), model.table(), c, 11);
   Bf16Linears linears(local_linears());

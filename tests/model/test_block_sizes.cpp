@@ -60,8 +60,9 @@ std::vector<QueryChunks> query_chunk_forms(int kv_width) {
 }
 
 std::string describe(const ModelConfig& c, const Shape& s, const TpSplit& tp) {
-  return fmt::format("{} H {} Hkv {} C {} B {} T {} tp {}{}{}", c.arch, c.n_head, c.kv_heads(), c.d_model,
-                     s.B, s.T, tp.t, tp.sequence_parallel ? " sp" : "", tp.overlap ? " overlap" : "");
+  return fmt::format("{} H {} Hkv {} C {} B {} T {} tp {}{}{}", enum_name(kArchNames, c.arch), c.n_head,
+                     c.kv_heads(), c.d_model, s.B, s.T, tp.t, tp.sequence_parallel ? " sp" : "",
+                     tp.overlap ? " overlap" : "");
 }
 
 std::string describe(const LayerRows& r) {
@@ -122,7 +123,7 @@ TEST(BlockSizes, LlamaBytesForMatchesAllocate) {
   // GQA with the K/V heads split over tp (6), replicated when tp exceeds them (2), and MHA (12).
   for (int Hkv : {12, 6, 2}) {
     ModelConfig c;
-    c.arch = "llama", c.n_layer = 1, c.n_head = 12, c.n_kv_head = Hkv, c.d_model = 96, c.d_ff = 288;
+    c.arch = Arch::llama, c.n_layer = 1, c.n_head = 12, c.n_kv_head = Hkv, c.d_model = 96, c.d_ff = 288;
     c.vocab_size = 11, c.seq_len = 64;
     int cases = 0;
     check(llama_block(), c, cases);

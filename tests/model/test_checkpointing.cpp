@@ -39,10 +39,10 @@ struct AttentionCounter : OpObserver {
 
 Result run(const std::string& arch, const MemoryOptions& memory) {
   ModelConfig c;
-  c.arch = arch;
+  c.arch = parse_enum(kArchNames, arch, "model.arch");
   c.n_layer = 3, c.n_head = 5, c.d_model = 35, c.seq_len = 40, c.vocab_size = 67;
   if (arch == "llama") c.n_head = 4, c.n_kv_head = 2, c.d_model = 32, c.d_ff = 40;
-  auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
+  auto stage = architecture(c.arch).make_stage(c, StageRange{}, true, {});
   Stage& model = *stage;
   init_parameters(model.params(), model.table(), c, 11);
   model.set_memory(memory);
@@ -165,10 +165,10 @@ TEST(Checkpointing, DiskTierReadsChunksWhileTheLayerAboveRuns) {
   for (const char* arch : {"gpt2", "llama"})
     for (int chunk : {0, 8, 24}) {  // 24: each sequence of 32 ends in a short chunk
       ModelConfig c;
-      c.arch = arch;
+      c.arch = parse_enum(kArchNames, arch, "model.arch");
       c.n_layer = 4, c.n_head = 2, c.d_model = 16, c.seq_len = 32, c.vocab_size = 50;
-      if (c.arch == "llama") c.n_kv_head = 1, c.d_ff = 24;
-      auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
+      if (c.arch == Arch::llama) c.n_kv_head = 1, c.d_ff = 24;
+      auto stage = architecture(c.arch).make_stage(c, StageRange{}, true, {});
       Stage& model = *stage;
       init_parameters(model.params(), model.table(), c, 3);
       model.set_memory({CheckpointPolicy::full, 0, chunk, MemoryTier::disk, dir.path});

@@ -26,7 +26,7 @@ ModelConfig gpt2() {
 
 ModelConfig llama(bool tied) {
   ModelConfig c = gpt2();
-  c.arch = "llama";
+  c.arch = Arch::llama;
   c.n_head = 4, c.n_kv_head = 2, c.d_ff = 40, c.tie_embeddings = tied;
   return c;
 }
@@ -75,7 +75,7 @@ std::vector<float> stage_grad(const std::vector<std::unique_ptr<Stage>>& stages,
 }
 
 void check_split(const ModelConfig& c, const std::vector<StageRange>& ranges, const MemoryOptions& memory) {
-  SCOPED_TRACE(c.arch + (c.tie_embeddings ? " tied" : ""));
+  SCOPED_TRACE(enum_name(kArchNames, c.arch) + std::string(c.tie_embeddings ? " tied" : ""));
   const Batch b;
   const float dloss = 1.0f / 33;
   const std::unique_ptr<Stage> whole_stage = make(c, {});

@@ -20,7 +20,7 @@ ModelConfig gpt2_config() {
 
 ModelConfig llama_config(int kv_heads, bool tied) {
   ModelConfig c;
-  c.arch = "llama", c.n_layer = 2, c.n_head = 4, c.n_kv_head = kv_heads, c.d_model = 36, c.head_size = 10;
+  c.arch = Arch::llama, c.n_layer = 2, c.n_head = 4, c.n_kv_head = kv_heads, c.d_model = 36, c.head_size = 10;
   c.d_ff = 52, c.seq_len = 16, c.vocab_size = 103, c.tie_embeddings = tied;
   return c;
 }

@@ -25,7 +25,7 @@ constexpr int B = 2, T = 13, M = 4;
 
 ModelConfig config(const std::string& arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.arch = parse_enum(kArchNames, arch, "model.arch");
   // d_model 64: a hidden-state message (B T C floats, 6.6 KB) above Open MPI's eager limit, so a send
   // completes only once received (a runner that waited for one before receiving would deadlock).
   c.n_layer = 9, c.n_head = 4, c.d_model = 64, c.seq_len = 16, c.vocab_size = 41;

@@ -36,7 +36,7 @@ constexpr int B = 2, T = 152, kChunk = 16;
 
 ModelConfig tiny(const std::string& arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.arch = parse_enum(kArchNames, arch, "model.arch");
   c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.seq_len = T, c.vocab_size = 67;
   if (arch != "gpt2") c.n_kv_head = 2, c.d_ff = 96;  // llama, qwen2
   return c;

@@ -333,7 +333,7 @@ void check_llama_blocks(bool sp, int K, int chunk = 0, DominoRun domino = {}) {
   const int t = tp.size(), r = tp.rank();
   if (domino.on && t == 1) GTEST_SKIP() << "Domino needs tp > 1";
   ModelConfig cfg;
-  cfg.arch = "llama", cfg.n_layer = 2, cfg.n_head = 4, cfg.n_kv_head = K, cfg.d_model = 36,
+  cfg.arch = Arch::llama, cfg.n_layer = 2, cfg.n_head = 4, cfg.n_kv_head = K, cfg.d_model = 36,
   cfg.head_size = 10;
   cfg.d_ff = 52, cfg.seq_len = domino.T, cfg.vocab_size = 64;
   const LlamaDims d{36, 4, K, 10, 52};
@@ -456,7 +456,7 @@ TEST(TensorParallelBlock, LlamaGqaSequenceParallelChunked) {
 
 TEST(TensorParallelBlock, LlamaDimsRefuseHeadsThatDoNotSplit) {
   ModelConfig cfg;
-  cfg.arch = "llama", cfg.n_head = 6, cfg.n_kv_head = 3, cfg.d_model = 36, cfg.d_ff = 54;
+  cfg.arch = Arch::llama, cfg.n_head = 6, cfg.n_kv_head = 3, cfg.d_model = 36, cfg.d_ff = 54;
   EXPECT_NO_THROW(llama_block().dims(cfg, {3, false}));
   EXPECT_NO_THROW(llama_block().dims(cfg, {6, false}));
   EXPECT_THROW(llama_block().dims(cfg, {4, false}), Error);  // 6 heads over 4

@@ -6,14 +6,14 @@
 // pure function at its place with
 // - the state its ZeRO engines allocated (byte for byte);
 // - the activations the pipeline runner held at its peak, plus the attention op's scratch (Ulysses' and
-//   the ring's bf16 messages with it), the GEMMs' scratch and the tensor-parallel linears' (TP-SP's
-//   gathered inputs and partial sums, Domino's second slot) (byte for byte);
-// - the engines' communication buffers: ZeRO-3's gathered units with their gathers' wire buffers (qwZ,
-//   bf16) and hpZ's secondary shards byte for byte; the most one compressed or bf16 collective held
-//   (quantized reduce-scatters one- and two-level, qwD, the weight gathers after the step) byte for
-//   byte; the whole (with the gradient buckets and MPI's transient) byte for byte under ZeRO 0-1, and
-//   at most the footprint under ZeRO 2-3 (a bucket's reduction may complete before the engine has to
-//   wait for it);
+//   the ring's bf16 messages with it), the GEMMs' scratch, the tensor-parallel linears' (TP-SP's
+//   gathered inputs and partial sums, Domino's second slot) and the vocabulary-parallel ops' (byte for
+//   byte);
+// - the communication buffers: ZeRO-3's gathered units with their gathers' wire buffers (qwZ, bf16) and
+//   hpZ's secondary shards byte for byte; the most one compressed or bf16 collective held (quantized
+//   reduce-scatters one- and two-level, qwD, the weight gathers after the step) byte for byte; the
+//   whole (with the gradient buckets and their receive scratch under every ZeRO stage, the scratch of
+//   the tensor-parallel and tied-embedding gradient sums, and MPI's transient) byte for byte;
 // - the disk tier's files: the built stages' (Stage::offload_bytes_for) per micro-batch held.
 #include <gtest/gtest.h>
 
@@ -238,15 +238,15 @@ void check_case(const Case& c, CheckpointPolicy policy, bool disk, Communicator&
   const uint64_t activations = layout.runner->peak_activation_bytes() +
                                layout.stages.front()->attention_bytes() +
                                gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim())) +
-                               (layout.tp_linears ? layout.tp_linears->bytes() : 0);
+                               (layout.tp_linears ? layout.tp_linears->bytes() : 0) +
+                               (layout.tp_vocab ? layout.tp_vocab->scratch_bytes() : 0);
   EXPECT_EQ(pure.activations, activations);
   // Communication buffers.
-  const uint64_t comm = engines + layout.reduction_transient_bytes();
+  uint64_t sums = layout.step.scratch.bytes();
+  for (const TpGradients& g : layout.step.tp) sums += g.scratch.bytes();
+  const uint64_t comm = engines + layout.reduction_transient_bytes() + sums;
   EXPECT_EQ(pure.gathered_units, gathered);
-  if (config.parallel.zero_stage < 2)
-    EXPECT_EQ(pure.comm_buffers, comm);
-  else
-    EXPECT_LE(comm, pure.comm_buffers);
+  EXPECT_EQ(pure.comm_buffers, comm);
   // The disk tier (one chunk per rank here: the runner's peak of micro-batches held is its slots).
   uint64_t offload = 0;
   for (const auto& stage : layout.stages)

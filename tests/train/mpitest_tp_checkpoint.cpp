@@ -24,7 +24,7 @@ namespace {
 
 ModelConfig llama_gqa() {
   ModelConfig c;
-  c.arch = "llama";
+  c.arch = Arch::llama;
   c.n_layer = 2, c.n_head = 8, c.n_kv_head = 2, c.d_model = 16, c.d_ff = 36, c.seq_len = 5;
   c.vocab_size = 13;  // no tp divides it: padded rows
   return c;

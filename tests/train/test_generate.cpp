@@ -29,7 +29,7 @@ constexpr double kLogitTol = 1e-5;
 
 ModelConfig tiny_config(const std::string& arch) {
   ModelConfig c;
-  c.arch = arch;
+  c.arch = parse_enum(kArchNames, arch, "model.arch");
   c.n_layer = 2;
   c.n_head = 5;
   c.d_model = 40;
@@ -37,14 +37,14 @@ ModelConfig tiny_config(const std::string& arch) {
   c.vocab_size = 67;
   if (arch == "llama") {
     c.n_head = 4, c.n_kv_head = 2, c.head_size = 8, c.d_ff = 56;
-    c.rope_scaling = {"llama3", 8.0, 1.0, 4.0, 16};
+    c.rope_scaling = {RopeType::llama3, 8.0, 1.0, 4.0, 16};
   }
   return c;
 }
 
 std::unique_ptr<Stage> random_model(uint64_t seed, const std::string& arch = "gpt2") {
   const ModelConfig c = tiny_config(arch);
-  auto model = architecture(arch).make_stage(c, StageRange{}, true, {});
+  auto model = architecture(c.arch).make_stage(c, StageRange{}, true, {});
   const auto& tensors = model->table().tensors();
   for (size_t t = 0; t < tensors.size(); ++t) {
     const ParamInfo& p = tensors[t];

@@ -35,7 +35,7 @@ const char* const kCases[] = {"llama_ref/untied_gqa_llama3", "llama_ref/tied_mqa
 
 // The architecture a case's directory holds (config.json's model_type).
 const HfAdapter& adapter_of(const std::string& name) {
-  return hf_adapter_for_arch(name.starts_with("qwen2") ? "qwen2" : "llama");
+  return hf_adapter_for_arch(name.starts_with("qwen2") ? Arch::qwen2 : Arch::llama);
 }
 
 // One reference case: the model imported from its safetensors, the batch and the expected values.

@@ -32,7 +32,7 @@ void read_tensors(const SafetensorsFile& file, const ParamTable& table, float* b
 
 nlohmann::json model_config_to_json(const ModelConfig& c) {
   const RopeScaling& r = c.rope_scaling;
-  return {{"arch", c.arch},
+  return {{"arch", enum_name(kArchNames, c.arch)},
           {"n_layer", c.n_layer},
           {"n_head", c.n_head},
           {"d_model", c.d_model},
@@ -43,7 +43,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
           {"head_dim", c.head_size},
           {"rms_norm_eps", c.rms_norm_eps},
           {"rope_theta", c.rope_theta},
-          {"rope_scaling.rope_type", r.rope_type},
+          {"rope_scaling.rope_type", enum_name(kRopeTypeNames, r.rope_type)},
           {"rope_scaling.factor", r.factor},
           {"rope_scaling.low_freq_factor", r.low_freq_factor},
           {"rope_scaling.high_freq_factor", r.high_freq_factor},
@@ -54,7 +54,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
 ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source) {
   const JsonFields m(j, source, "model.");
   ModelConfig c;
-  c.arch = m.string("arch");
+  c.arch = parse_enum(kArchNames, m.string("arch"), source + ": model.arch");
   c.n_layer = m.integer<int>("n_layer");
   c.n_head = m.integer<int>("n_head");
   c.d_model = m.integer<int>("d_model");
@@ -67,7 +67,8 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& s
   c.head_size = m.integer_or("head_dim", c.head_size);
   c.rms_norm_eps = m.number_or("rms_norm_eps", c.rms_norm_eps);
   c.rope_theta = m.number_or("rope_theta", c.rope_theta);
-  r.rope_type = m.string_or("rope_scaling.rope_type", r.rope_type);
+  r.rope_type = parse_enum(kRopeTypeNames, m.string_or("rope_scaling.rope_type", ""),
+                           source + ": model.rope_scaling.rope_type");
   r.factor = m.number_or("rope_scaling.factor", r.factor);
   r.low_freq_factor = m.number_or("rope_scaling.low_freq_factor", r.low_freq_factor);
   r.high_freq_factor = m.number_or("rope_scaling.high_freq_factor", r.high_freq_factor);

@@ -9,9 +9,9 @@ namespace odyssey {
 namespace {
 
 const HfAdapter kAdapters[] = {
-    {"gpt2", "hf-gpt2", read_hf_gpt2_config, import_hf_gpt2, export_hf_gpt2},
-    {"llama", "hf-llama", read_hf_llama_config, import_hf_llama, export_hf_llama},
-    {"qwen2", "hf-qwen2", read_hf_qwen2_config, import_hf_llama, export_hf_llama},
+    {Arch::gpt2, "hf-gpt2", read_hf_gpt2_config, import_hf_gpt2, export_hf_gpt2},
+    {Arch::llama, "hf-llama", read_hf_llama_config, import_hf_llama, export_hf_llama},
+    {Arch::qwen2, "hf-qwen2", read_hf_qwen2_config, import_hf_llama, export_hf_llama},
 };
 
 }  // namespace
@@ -28,10 +28,11 @@ const HfAdapter& hf_adapter_for_format(const std::string& format, const char* op
   fail("{}: unknown format '{}' (known: {})", option, format, hf_formats());
 }
 
-const HfAdapter& hf_adapter_for_arch(const std::string& arch) {
+const HfAdapter& hf_adapter_for_arch(Arch arch) {
   for (const HfAdapter& a : kAdapters)
     if (arch == a.arch) return a;
-  fail("model.arch '{}' has no Hugging Face adapter (known formats: {})", arch, hf_formats());
+  fail("model.arch '{}' has no Hugging Face adapter (known formats: {})", enum_name(kArchNames, arch),
+       hf_formats());
 }
 
 }  // namespace odyssey

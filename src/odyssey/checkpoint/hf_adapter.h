@@ -11,7 +11,7 @@
 namespace odyssey {
 
 struct HfAdapter {
-  const char* arch;    // model.arch
+  Arch arch;           // model.arch
   const char* format;  // the CLI's name: "hf-" + arch
   // Reads dir/config.json; refuses, by key, a model we do not compute exactly.
   ModelConfig (*read_config)(const std::string& dir);
@@ -24,7 +24,7 @@ struct HfAdapter {
 // The adapter of format ("hf-gpt2"); fails naming the option and the known formats.
 const HfAdapter& hf_adapter_for_format(const std::string& format, const char* option);
 // The adapter of architecture arch; fails naming it when there is none.
-const HfAdapter& hf_adapter_for_arch(const std::string& arch);
+const HfAdapter& hf_adapter_for_arch(Arch arch);
 // The known formats, for help texts: "hf-gpt2" (", "-separated).
 std::string hf_formats();
 

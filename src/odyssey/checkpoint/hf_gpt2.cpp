@@ -149,7 +149,7 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
             "{}: 'model_type' must be \"gpt2\", got {}", path,
             j.contains("model_type") ? j["model_type"].dump() : "nothing");
   ModelConfig c;
-  c.arch = "gpt2";
+  c.arch = Arch::gpt2;
   c.n_layer = int(get_int("n_layer"));
   c.n_head = int(get_int("n_head"));
   c.d_model = int(get_int("n_embd"));

@@ -82,19 +82,20 @@ struct TensorFiles {
 
 // A Hugging Face model of the Llama family: Llama, and Qwen2 (Llama's block with q, k, v biases).
 struct Family {
-  const char* arch;      // model.arch, and config.json's model_type
-  const char* hf_class;  // config.json's architectures
-  const char* name;      // in messages
-  bool qkv_bias;         // q, k and v projections with biases
+  Arch arch;               // model.arch
+  const char* model_type;  // config.json's (model.arch's name)
+  const char* hf_class;    // config.json's architectures
+  const char* name;        // in messages
+  bool qkv_bias;           // q, k and v projections with biases
 };
-const Family kLlama{"llama", "LlamaForCausalLM", "Llama", false};
-const Family kQwen2{"qwen2", "Qwen2ForCausalLM", "Qwen2", true};
+const Family kLlama{Arch::llama, "llama", "LlamaForCausalLM", "Llama", false};
+const Family kQwen2{Arch::qwen2, "qwen2", "Qwen2ForCausalLM", "Qwen2", true};
 
 // The family of model.arch; fails naming it when it is none of them.
 const Family& family_of(const ModelConfig& c) {
   for (const Family* f : {&kLlama, &kQwen2})
     if (c.arch == f->arch) return *f;
-  fail("model.arch = {} is not of the Llama family (llama, qwen2)", c.arch);
+  fail("model.arch = {} is not of the Llama family (llama, qwen2)", enum_name(kArchNames, c.arch));
 }
 
 std::string config_json(const Family& f, const ModelConfig& c) {
@@ -110,7 +111,7 @@ std::string config_json(const Family& f, const ModelConfig& c) {
       {"initializer_range", 0.02},
       {"intermediate_size", c.ffn_dim()},
       {"max_position_embeddings", c.seq_len},
-      {"model_type", f.arch},
+      {"model_type", f.model_type},
       {"num_attention_heads", c.n_head},
       {"num_hidden_layers", c.n_layer},
       {"num_key_value_heads", c.kv_heads()},
@@ -133,7 +134,7 @@ std::string config_json(const Family& f, const ModelConfig& c) {
                          {"high_freq_factor", r.high_freq_factor},
                          {"low_freq_factor", r.low_freq_factor},
                          {"original_max_position_embeddings", r.original_max_position_embeddings},
-                         {"rope_type", r.rope_type}};
+                         {"rope_type", enum_name(kRopeTypeNames, r.rope_type)}};
   }
   return j.dump(2) + "\n";
 }
@@ -178,8 +179,9 @@ ModelConfig read_config(const Family& f, const std::string& dir) {
     if (j.contains(key) && !ok(j[key]))
       fail("{}: '{}' is {}; Odyssey computes {} with {}", path, key, j[key].dump(), f.name, expected);
   };
-  ODY_CHECK(j.contains("model_type") && j["model_type"] == f.arch, "{}: 'model_type' must be \"{}\", got {}",
-            path, f.arch, j.contains("model_type") ? j["model_type"].dump() : "nothing");
+  ODY_CHECK(j.contains("model_type") && j["model_type"] == f.model_type,
+            "{}: 'model_type' must be \"{}\", got {}", path, f.model_type,
+            j.contains("model_type") ? j["model_type"].dump() : "nothing");
   refuse_unless(
       "hidden_act", [](const json& v) { return v == "silu"; }, "\"silu\" (SwiGLU)");
   refuse_unless(
@@ -214,7 +216,7 @@ ModelConfig read_config(const Family& f, const std::string& dir) {
     const std::string type = rf.string_or("rope_type", rf.string_or("type", ""));
     ODY_CHECK(type == "llama3", "{}: rope_scaling type '{}' is not supported (llama3, or none)", path, type);
     RopeScaling& s = c.rope_scaling;
-    s.rope_type = type;
+    s.rope_type = RopeType::llama3;
     s.factor = get_number(r, "factor", s.factor);
     s.low_freq_factor = get_number(r, "low_freq_factor", s.low_freq_factor);
     s.high_freq_factor = get_number(r, "high_freq_factor", s.high_freq_factor);

@@ -27,8 +27,9 @@ int inspect_one(const std::string& dir, std::ostream& out) {
   const ModelConfig& mc = state.model;
   out << fmt::format("checkpoint {}\n  format_version {}, step {}, data position {} rows, seed {}\n", dir,
                      state.format_version, state.step, state.next_row, state.seed);
-  out << fmt::format("  model: {} n_layer {} n_head {} d_model {} seq_len {} vocab {}\n", mc.arch, mc.n_layer,
-                     mc.n_head, mc.d_model, mc.seq_len, mc.vocab_size);
+  out << fmt::format("  model: {} n_layer {} n_head {} d_model {} seq_len {} vocab {}\n",
+                     enum_name(kArchNames, mc.arch), mc.n_layer, mc.n_head, mc.d_model, mc.seq_len,
+                     mc.vocab_size);
   if (state.format_version < 2) {
     out << "  format 1 (single layout): every file's checksum verified\n";
     return 0;

@@ -28,11 +28,12 @@ const char* enum_name(const EnumNames<E, N>& names, E value) {
   return "?";
 }
 
-// "a, b, c"
+// "a, b, c" (an empty name shown as "")
 template <typename E, size_t N>
 std::string enum_choices(const EnumNames<E, N>& names) {
   std::string out;
-  for (const EnumName<E>& n : names) out += (out.empty() ? "" : ", ") + std::string(n.name);
+  for (const EnumName<E>& n : names)
+    out += (out.empty() ? "" : ", ") + std::string(*n.name ? n.name : "\"\"");
   return out;
 }
 

@@ -51,23 +51,20 @@ double llama_flops(const ModelConfig& config, int T) {
 }
 
 const Architecture kArchitectures[] = {
-    {"gpt2", validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
+    {Arch::gpt2, validate_gpt2, gpt2_param_table, make_gpt2, init_parameter_range, training_flops_per_token,
      gpt2_stage_table, gpt2_block, gpt2_tied_head},
-    {"llama", validate_llama, llama_table, make_llama, init_parameter_range, llama_flops, llama_stage_table,
-     llama_block, llama_tied_head},
-    {"qwen2", validate_llama, qwen2_param_table, make_qwen2, init_parameter_range, llama_flops,
+    {Arch::llama, validate_llama, llama_table, make_llama, init_parameter_range, llama_flops,
+     llama_stage_table, llama_block, llama_tied_head},
+    {Arch::qwen2, validate_llama, qwen2_param_table, make_qwen2, init_parameter_range, llama_flops,
      qwen2_stage_table, llama_block, llama_tied_head},
 };
 
 }  // namespace
 
-const Architecture& architecture(const std::string& name) {
-  std::string known;
-  for (const Architecture& a : kArchitectures) {
-    if (name == a.name) return a;
-    known += known.empty() ? a.name : std::string(", ") + a.name;
-  }
-  fail("model.arch: unknown architecture '{}' (supported: {})", name, known);
+const Architecture& architecture(Arch arch) {
+  for (const Architecture& a : kArchitectures)
+    if (a.arch == arch) return a;
+  fail("model.arch: {} has no registered architecture", enum_name(kArchNames, arch));
 }
 
 void validate_model(const ModelConfig& config) {

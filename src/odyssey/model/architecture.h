@@ -1,5 +1,5 @@
 // The architecture registry: what the layers above the model need of an architecture, registered in
-// one place (model.arch names the entry). Each architecture keeps its parameter table, block and
+// one place (model.arch, an Arch, keys the entry). Each architecture keeps its parameter table, block and
 // stage in its own files (gpt2_*, llama_*) and has one entry here.
 #pragma once
 
@@ -16,7 +16,7 @@ namespace odyssey {
 struct BlockSpec;
 
 struct Architecture {
-  const char* name;
+  Arch arch;
   // The architecture's own shape rules (after the common ones of ModelConfig::validate), naming the key.
   void (*validate)(const ModelConfig& config);
   // Its parameter table (names, shapes, units, decay, init kinds), of the whole model.
@@ -43,10 +43,10 @@ struct Architecture {
   const char* (*tied_head)(const ModelConfig& config);
 };
 
-// The registered architecture called name; fails naming model.arch and the known ones.
-const Architecture& architecture(const std::string& name);
+// The registered architecture of arch (every Arch has one).
+const Architecture& architecture(Arch arch);
 // A model configuration's checks: the rules every architecture shares (ModelConfig::validate), then its
-// architecture's; fails naming the key (model.arch when it names no architecture).
+// architecture's; fails naming the key.
 void validate_model(const ModelConfig& config);
 
 }  // namespace odyssey

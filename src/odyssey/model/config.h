@@ -5,16 +5,28 @@
 #include <cstdint>
 #include <string>
 
+#include "odyssey/core/enum_names.h"
+
 namespace odyssey {
 
-// Llama-3 frequency scaling of RoPE (spec §5.5); rope_type "" = none.
+// model.arch: each architecture has one registry entry (model/architecture.h).
+enum class Arch { gpt2, llama, qwen2 };
+inline constexpr EnumNames<Arch, 3> kArchNames = {
+    {{"gpt2", Arch::gpt2}, {"llama", Arch::llama}, {"qwen2", Arch::qwen2}}};
+
+// model.rope_scaling.rope_type: none (the empty string, as Hugging Face's absent rope_scaling) or Llama-3's.
+enum class RopeType { none, llama3 };
+inline constexpr EnumNames<RopeType, 2> kRopeTypeNames = {
+    {{"", RopeType::none}, {"llama3", RopeType::llama3}}};
+
+// Llama-3 frequency scaling of RoPE (spec §5.5).
 struct RopeScaling {
-  std::string rope_type;  // "" or "llama3"
+  RopeType rope_type = RopeType::none;
   double factor = 8.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int original_max_position_embeddings = 8192;
-  bool enabled() const { return !rope_type.empty(); }
+  bool enabled() const { return rope_type != RopeType::none; }
   bool operator==(const RopeScaling&) const = default;
 };
 
@@ -23,7 +35,7 @@ struct RopeScaling {
 inline constexpr int kMaxLayers = 4096;
 
 struct ModelConfig {
-  std::string arch = "gpt2";
+  Arch arch = Arch::gpt2;
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;

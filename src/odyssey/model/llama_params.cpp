@@ -22,8 +22,6 @@ void validate_llama(const ModelConfig& c) {
   ODY_CHECK(c.rope_theta > 1, "model.rope_theta must be > 1, got {}", c.rope_theta);
   const RopeScaling& r = c.rope_scaling;
   if (!r.enabled()) return;
-  ODY_CHECK(r.rope_type == "llama3", "model.rope_scaling.rope_type: '{}' is not supported (llama3)",
-            r.rope_type);
   ODY_CHECK(r.factor >= 1, "model.rope_scaling.factor must be >= 1, got {}", r.factor);
   ODY_CHECK(r.low_freq_factor > 0 && r.high_freq_factor > r.low_freq_factor,
             "model.rope_scaling: need 0 < low_freq_factor ({}) < high_freq_factor ({})", r.low_freq_factor,

@@ -8,6 +8,11 @@
 // or reduce-scatter (ZeRO-1/2/3) of every bucket that u completes; before_backward(u) tests the
 // requests in flight so MPI makes progress during compute; finish() waits for the rest. The loss is
 // already scaled by 1 / (global tokens), so reductions are plain sums.
+//
+// A reduction's buffers (its pooled bucket, its receive scratch) are released when the engine must wait
+// for it (max_in_flight reached, finish()), oldest first, never when a test happens to find it done: what
+// the buffers hold then depends on the schedule alone, not on MPI's timing, so the footprint
+// (train/footprint.h) equals it byte for byte.
 #pragma once
 
 #include <cstdint>
@@ -65,6 +70,7 @@ class GradSync : public LayerHooks {
     int segment;
     RequestPtr request;
     FloatBuffer scratch;  // receive buffer when adding into the shard
+    bool done = false;    // a test found it complete (completed, and its buffers released, in order)
   };
   void acquire(int segment);
   void launch(int segment);

@@ -9,6 +9,47 @@
 
 namespace odyssey {
 
+std::vector<Range> reduced_grad_ranges(const Partition& part, int stage) {
+  std::vector<Range> runs;
+  for (const Partition::Segment& seg : part.segments()) {
+    if (stage == 0) {
+      runs.push_back(seg.dense);
+      continue;
+    }
+    const Range valid = seg.layout.valid_range(part.rank());
+    if (!valid.empty()) runs.push_back({seg.dense.begin + valid.begin, seg.dense.begin + valid.end});
+  }
+  return runs;
+}
+
+std::vector<uint64_t> gradient_sum_messages(std::vector<Range> runs, const std::vector<Range>& tensors,
+                                            HeldRuns held) {
+  constexpr int64_t kPiece = int64_t(1) << 22;
+  std::sort(runs.begin(), runs.end(), [](Range a, Range b) { return a.begin < b.begin; });
+  std::vector<int64_t> segments;
+  auto add = [&](int64_t n) {
+    for (int64_t at = 0; at < n; at += kPiece) segments.push_back(std::min(kPiece, n - at));
+  };
+  for (const Range& tensor : tensors) {
+    int64_t at = tensor.begin;
+    for (const Range& run : runs) {
+      const Range mine = intersect(run, tensor);
+      if (mine.empty()) continue;
+      if (held == HeldRuns::differ && mine.begin > at) add(mine.begin - at);
+      add(mine.size());
+      at = mine.end;
+    }
+    if (held == HeldRuns::differ && at < tensor.end) add(tensor.end - at);
+  }
+  std::vector<uint64_t> messages;
+  for (size_t i = 0; i < segments.size();) {
+    int64_t n = 0;
+    while (i < segments.size() && n + segments[i] <= kPiece) n += segments[i++];
+    messages.push_back(uint64_t(n));
+  }
+  return messages;
+}
+
 void sum_gradient_ranges(ZeroEngine& engine, const std::vector<Range>& tensors, Communicator& group,
                          HeldRuns held, FloatBuffer& scratch) {
   constexpr int64_t kPiece = int64_t(1) << 22;

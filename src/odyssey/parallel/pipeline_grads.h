@@ -18,6 +18,17 @@ namespace odyssey {
 // whole, zeros where a member holds nothing).
 enum class HeldRuns { same, differ };
 
+// The dense elements whose reduced gradients a ZeRO engine of `stage` over `part` holds
+// (ZeroEngine::reduced_grad_runs without the storage): stage 0 every segment, else this rank's shard's
+// valid part of each.
+std::vector<Range> reduced_grad_ranges(const Partition& part, int stage);
+
+// The elements sum_gradient_ranges sends per message for `tensors` given the rank's reduced-gradient
+// runs: the held pieces (HeldRuns::same) or the whole ranges (differ), cut into segments of at most 4M
+// elements and packed while a message stays within it. Its scratch holds the largest.
+std::vector<uint64_t> gradient_sum_messages(std::vector<Range> runs, const std::vector<Range>& tensors,
+                                            HeldRuns held);
+
 // Sums the engine's reduced gradients of the dense ranges `tensors` of its table over `group`, in
 // place on every member, in messages of at most 4M elements packed from scratch (reused space the
 // caller keeps). Collective over group.

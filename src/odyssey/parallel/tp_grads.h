@@ -29,8 +29,13 @@ struct TpGradients {
   // The plan for a table cut by tensor_parallel(tp.size(), tp.rank()).
   static TpGradients plan(const ParamTable& table, Communicator& tp, Communicator* kv,
                           bool sequence_parallel);
+  // Its ranges alone, for piece r of t (no communicator: the footprint and the byte model size them).
+  static TpGradients plan(const ParamTable& table, int t, int r, bool sequence_parallel);
   // Sums the engine's reduced gradients of over_tp over tp and of over_kv over kv (collective).
   void sum(ZeroEngine& engine) const;
+  // The floats scratch grows to when the engine holds the reduced gradients of `runs` (the largest
+  // message of either sum; parallel/pipeline_grads.h).
+  uint64_t scratch_floats(const std::vector<Range>& runs) const;
 
   mutable FloatBuffer scratch;  // the sums' packing space, kept from step to step
 };

@@ -111,6 +111,10 @@ void vocab_embedding_backward(Communicator& tp, float* dE_r, const float* de, co
     if (s.owns(ids[j])) accumulate(dE_r + (ids[j] - s.lo) * C, full + j * C, size_t(C));
 }
 
+uint64_t VocabParallelOps::scratch_floats(int64_t sliced_tokens, int C, int64_t loss_rows) {
+  return uint64_t(std::max(sliced_tokens * C, 3 * loss_rows));  // as the at_least calls below ask
+}
+
 void vp_cross_entropy_forward(Communicator& tp, float* losses, const float* logits_r, const int* targets,
                               const VocabShard& s, int64_t n, FloatBuffer& scratch, int64_t ld) {
   const auto [m, stats] = group_stats(tp, logits_r, ld > 0 ? ld : s.rows, targets, s, n, scratch);

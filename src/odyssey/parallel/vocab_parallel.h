@@ -69,6 +69,12 @@ class VocabParallelOps : public VocabOps {
   void cross_entropy(float* losses, float* logits, int64_t ld, const int* targets, int64_t n, int64_t V,
                      float dloss, OpObserver* o) override;
 
+  // The floats its scratch grows to: the embedding's partial sums or gathered gradient under TP-SP
+  // (sliced_tokens x C: the micro-batch's tokens when a stage holds the embeddings, else 0) and the
+  // cross-entropy's statistics (3 per logits row of its largest call, 0 without the head).
+  static uint64_t scratch_floats(int64_t sliced_tokens, int C, int64_t loss_rows);
+  uint64_t scratch_bytes() const { return scratch_.bytes(); }
+
  private:
   // Under TP-SP with more than one chunk, the ids in the order the token slices are laid out (rank q's
   // rows q R + k hold token tp_sp_token(n, t, q, k, chunk)); else ids itself.

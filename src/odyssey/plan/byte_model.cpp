@@ -149,18 +149,7 @@ class ZeroModel {
   const Partition& partition() const { return *part_; }
   // ZeroEngine::reduced_grad_runs: the dense elements whose reduced gradients this rank holds (stage 0
   // every segment, else its shard's valid part).
-  std::vector<Range> grad_runs() const {
-    std::vector<Range> runs;
-    for (const Partition::Segment& seg : part_->segments()) {
-      if (zero_ == 0) {
-        runs.push_back(seg.dense);
-        continue;
-      }
-      const Range valid = seg.layout.valid_range(part_->rank());
-      if (!valid.empty()) runs.push_back({seg.dense.begin + valid.begin, seg.dense.begin + valid.end});
-    }
-    return runs;
-  }
+  std::vector<Range> grad_runs() const { return reduced_grad_ranges(*part_, zero_); }
 
   // A forward of micro-batch `micro` (its ZeRO-3 gathers).
   void begin_forward(int micro) { micro_ = micro; }
@@ -512,37 +501,6 @@ class TpModel {
   int head_chunk_ = 0;
 };
 
-// The elements sum_gradient_ranges (parallel/pipeline_grads.cpp) sends per message for `tensors`
-// (dense ranges) given the rank's reduced-gradient runs: the held pieces (HeldRuns::same) or the whole
-// ranges (differ), cut into segments of at most 4M elements and packed while a message stays within it.
-std::vector<uint64_t> gradient_sum_messages(std::vector<Range> runs, const std::vector<Range>& tensors,
-                                            HeldRuns held) {
-  constexpr int64_t kPiece = int64_t(1) << 22;
-  std::sort(runs.begin(), runs.end(), [](Range a, Range b) { return a.begin < b.begin; });
-  std::vector<int64_t> segments;
-  auto add = [&](int64_t n) {
-    for (int64_t at = 0; at < n; at += kPiece) segments.push_back(std::min(kPiece, n - at));
-  };
-  for (const Range& tensor : tensors) {
-    int64_t at = tensor.begin;
-    for (const Range& run : runs) {
-      const Range mine = intersect(run, tensor);
-      if (mine.empty()) continue;
-      if (held == HeldRuns::differ && mine.begin > at) add(mine.begin - at);
-      add(mine.size());
-      at = mine.end;
-    }
-    if (held == HeldRuns::differ && at < tensor.end) add(tensor.end - at);
-  }
-  std::vector<uint64_t> messages;
-  for (size_t i = 0; i < segments.size();) {
-    int64_t n = 0;
-    while (i < segments.size() && n + segments[i] <= kPiece) n += segments[i++];
-    messages.push_back(uint64_t(n));
-  }
-  return messages;
-}
-
 }  // namespace
 
 // What the model does not cover yet is refused by name, never guessed.
@@ -790,20 +748,12 @@ std::vector<CommRecord> comm_schedule(const PlanLayout& layout, int rank, bool e
       return kv_group_color(K, t, g.tp, first);
     });
     for (ChunkModel& ch : chunks) {
-      std::vector<Range> over_tp, over_kv;
-      for (const ParamInfo& p : ch.stage->table().tensors()) {
-        const Range dense{p.offset, p.offset + p.numel};
-        if (p.tp.dim < 0) {
-          if (c.parallel.tp_sp) over_tp.push_back(dense);
-        } else if (p.tp.kv && t > p.tp.heads) {
-          over_kv.push_back(dense);
-        }
-      }
-      if (!over_tp.empty())
-        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(), over_tp, HeldRuns::same))
+      const TpGradients g = TpGradients::plan(ch.stage->table(), t, layout.coords(rank).tp, c.parallel.tp_sp);
+      if (!g.over_tp.empty())
+        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(), g.over_tp, HeldRuns::same))
           e.add("step", -1, "replicated", CommKind::all_reduce, step.tp(), n, "f32", CommPurpose::tp);
-      if (!over_kv.empty())
-        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(), over_kv, HeldRuns::same))
+      if (!g.over_kv.empty())
+        for (uint64_t n : gradient_sum_messages(ch.zero->grad_runs(), g.over_kv, HeldRuns::same))
           e.add("step", -1, "kv heads", CommKind::all_reduce, kv, n, "f32", CommPurpose::tp);
     }
   }

@@ -78,7 +78,6 @@ PlanBuffers activation_and_buffer_bytes(const PlanLayout& layout, int rank) {
 }
 
 PlanMemory plan_memory(const PlanLayout& layout, int rank) {
-  const RunConfig& c = layout.config();
   const StateBytes state = planned_state_bytes(layout, rank);
   const PlanBuffers buffers = activation_and_buffer_bytes(layout, rank);
   PlanMemory m;
@@ -88,9 +87,8 @@ PlanMemory plan_memory(const PlanLayout& layout, int rank) {
   m.activations = buffers.activations;
   m.comm_buffers = buffers.comm_buffers;
   m.state_exact = true;
-  // The footprint equals the engine's allocation byte for byte but for ZeRO 2-3's pooled gradient
-  // buckets, which it bounds (a reduction counts as in flight until the engine must wait for it).
-  m.exact = c.parallel.zero_stage < 2;
+  // The footprint equals the engine's allocation byte for byte (tests/train/mpitest_footprint.cpp).
+  m.exact = true;
   return m;
 }
 

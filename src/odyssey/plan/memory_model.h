@@ -2,8 +2,8 @@
 // The model state (parameters, gradients, optimizer moments) is the engine's own footprint function
 // (train/footprint.h, engine_state_bytes over this rank's stage tables): equal to what the ZeRO engines
 // allocate by construction (`state_exact`). Activations and communication buffers are the footprint's too
-// (rank_footprint under the run's memory.checkpoint; auto: its fastest candidate): `exact` where the
-// footprint is exact (all but ZeRO 2-3's pooled gradient buckets, which it bounds).
+// (rank_footprint under the run's memory.checkpoint; auto: its fastest candidate): `exact`, as the
+// footprint is.
 #pragma once
 
 #include <cstdint>

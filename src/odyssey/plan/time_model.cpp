@@ -98,7 +98,7 @@ std::vector<GemmShape> micro_batch_gemms(const PlanLayout& layout, int layers, b
   const ModelConfig& m = c.model;
   const int64_t t = c.parallel.tp, N = int64_t(c.train.micro_batch) * layout.local_tokens();
   const int64_t C = m.d_model, H = m.n_head, Hkv = m.kv_heads(), D = m.head_dim(), F = m.ffn_dim();
-  const bool gated = m.arch != "gpt2";  // Llama-style SwiGLU: gate and up projections
+  const bool gated = m.arch != Arch::gpt2;  // Llama-style SwiGLU: gate and up projections
   std::vector<GemmShape> g;
   if (layers > 0) {
     g.push_back({"qkv", N, (H + 2 * Hkv) * D / t, C, layers});

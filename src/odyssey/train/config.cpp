@@ -160,10 +160,11 @@ Key make_int_list_key(Get field) {
 
 const std::map<std::string, Key>& keys() {
   static const std::map<std::string, Key> table = {
-      ODY_KEY("model.arch", std::string, model.arch,
-              "architecture: `gpt2` (Hugging Face GPT2LMHeadModel exactly), `llama` (LlamaForCausalLM) or "
-              "`qwen2` "
-              "(Qwen2ForCausalLM: Llama's block with q, k, v biases)"),
+      ODY_ENUM_KEY(
+          "model.arch", model.arch, kArchNames,
+          "architecture: `gpt2` (Hugging Face GPT2LMHeadModel exactly), `llama` (LlamaForCausalLM) or "
+          "`qwen2` "
+          "(Qwen2ForCausalLM: Llama's block with q, k, v biases)"),
       ODY_KEY("model.n_layer", int, model.n_layer, "transformer layers"),
       ODY_KEY("model.n_head", int, model.n_head, "attention (query) heads; `d_model` must divide by it"),
       ODY_KEY("model.d_model", int, model.d_model, "width of the residual stream"),
@@ -181,8 +182,8 @@ const std::map<std::string, Key>& keys() {
       ODY_KEY("model.rms_norm_eps", double, model.rms_norm_eps,
               "Llama RMSNorm epsilon (GPT-2's LayerNorm uses 1e-5)"),
       ODY_KEY("model.rope_theta", double, model.rope_theta, "Llama RoPE base"),
-      ODY_KEY("model.rope_scaling.rope_type", std::string, model.rope_scaling.rope_type,
-              "Llama-3 frequency scaling of RoPE: `llama3`, or empty for none"),
+      ODY_ENUM_KEY("model.rope_scaling.rope_type", model.rope_scaling.rope_type, kRopeTypeNames,
+                   "Llama-3 frequency scaling of RoPE: `llama3`, or empty for none"),
       ODY_KEY("model.rope_scaling.factor", double, model.rope_scaling.factor, "Llama-3 RoPE scaling: factor"),
       ODY_KEY("model.rope_scaling.low_freq_factor", double, model.rope_scaling.low_freq_factor,
               "Llama-3 RoPE scaling: low-frequency factor"),

@@ -3,15 +3,22 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
 
+#include "odyssey/checkpoint/checkpoint.h"
 #include "odyssey/comm/mpi_communicator.h"
 #include "odyssey/core/error.h"
 #include "odyssey/core/tensor_view.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/model/architecture.h"
 #include "odyssey/model/block_stage.h"
+#include "odyssey/model/lm_head.h"
 #include "odyssey/parallel/data_parallel.h"
+#include "odyssey/parallel/pipeline_grads.h"
 #include "odyssey/parallel/shard.h"
+#include "odyssey/parallel/tp_grads.h"
 #include "odyssey/parallel/tp_linear.h"
 #include "odyssey/parallel/usp_attention.h"
 #include "odyssey/parallel/vocab_parallel.h"
@@ -71,6 +78,26 @@ namespace {
 
 constexpr int kAdamWStates = 2;  // m and v
 
+// The stage table of the layers of `range`, cut for tp piece r of t, built once per (model, layers,
+// piece) and kept until the process ends: the planner's search sizes thousands of layouts of one model,
+// and rebuilding an 80-layer table for each was most of its time. model_key: the model's record
+// (model_config_to_json), which names it whole. Locked: any thread may ask.
+const ParamTable& stage_table(const std::string& model_key, const ModelConfig& model, const StageRange& range,
+                              int t, int r) {
+  using Key = std::tuple<std::string, int, int, int, int>;
+  static std::mutex mutex;
+  static std::map<Key, std::unique_ptr<const ParamTable>> cache;
+  const StageRange resolved = range.resolved(model);
+  const std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<const ParamTable>& table =
+      cache[Key{model_key, resolved.layer_begin, resolved.layer_end, t, r}];
+  if (!table) {
+    ParamTable whole = architecture(model.arch).stage_table(model, resolved);
+    table = std::make_unique<const ParamTable>(t > 1 ? whole.tensor_parallel(t, r) : std::move(whole));
+  }
+  return *table;
+}
+
 int replicas_of(const RunConfig& c, const RankPlace& place) {
   if (place.replicas > 0) return place.replicas;
   ODY_CHECK(c.parallel.dp > 0, "footprint: parallel.dp must be given (it is {}: derived from a world size)",
@@ -111,13 +138,13 @@ struct LayoutSizes {
     const auto [begin, end] = ranges[size_t(chunk * shape.P + pp)];
     return StageRange{begin, end}.resolved(c.model);
   }
-  ParamTable table(const StageRange& range, int tp) const {
-    ParamTable t = arch.stage_table(c.model, range);
-    return c.parallel.tp > 1 ? t.tensor_parallel(c.parallel.tp, tp) : t;
+  const ParamTable& table(const StageRange& range, int tp) const {
+    return stage_table(model_key, c.model, range, c.parallel.tp, tp);
   }
 
   const RunConfig& c;
   const Architecture& arch;
+  const std::string model_key = model_config_to_json(c.model).dump();  // stage_table's
   int replicas = 1;
   PipelineShape shape;
   std::vector<std::pair<int, int>> ranges;
@@ -131,10 +158,10 @@ struct LayoutSizes {
 // One stage (model chunk) of the rank: its table, what a micro-batch of it holds, and its place.
 struct ChunkSizes {
   StageRange range;
-  ParamTable table;
-  StageMemory memory;     // one micro-batch (block_stage_memory)
-  uint64_t hidden = 0;    // a received hidden state or its gradient [rows(B T), C]
-  uint64_t deferred = 0;  // zb1: an I's recorded weight-GEMM operands
+  const ParamTable* table = nullptr;  // stage_table's
+  StageMemory memory;                 // one micro-batch (block_stage_memory)
+  uint64_t hidden = 0;                // a received hidden state or its gradient [rows(B T), C]
+  uint64_t deferred = 0;              // zb1: an I's recorded weight-GEMM operands
   bool first = false, last = false;
 };
 
@@ -196,8 +223,8 @@ PipelineHoldings replay_pipeline(const std::vector<PipeAction>& actions, const P
 // from its first forward to the step); pooled (ZeRO 2-3), the gradient buckets (held from their first
 // backward use until their reduction completes) and the receive scratch of a micro-step after the
 // step's first; and the most one compressed or bf16 collective holds (ZeroCommSizes::collective_peak).
-// A reduction completes when the engine must wait for it (max_in_flight reached, the micro-step's end):
-// the live engine may complete one earlier, so its buckets are at most these.
+// A reduction completes when the engine must wait for it (max_in_flight reached, the micro-step's end),
+// as GradSync releases its buffers (parallel/data_parallel.h): the same bytes.
 class EngineReplay {
  public:
   EngineReplay(const ParamTable& table, const std::vector<UnitUse>& schedule, const ZeroOptions& options,
@@ -206,6 +233,7 @@ class EngineReplay {
               options.stage > 0 ? replicas : 1, options.stage > 0 ? rank : 0, comm_shard_align(options.comm)),
         schedule_(schedule),
         sizes_(options, replicas),
+        stage_(options.stage),
         stage3_(options.stage == 3),
         hpz_(options.comm.hpz),
         pooled_(options.stage >= 2),
@@ -227,6 +255,8 @@ class EngineReplay {
 
   uint64_t peak() const { return gathered_peak_ + grads_peak_ + scratch_peak_; }
   uint64_t gathered_peak() const { return gathered_peak_; }
+  // The dense elements whose reduced gradients the engine holds after the step's reductions.
+  std::vector<Range> grad_runs() const { return reduced_grad_ranges(part_, stage_); }
 
   void zero_grad() { shard_written_ = false; }
   // F of a micro-batch, B (or I) of a micro-batch (one micro-step), zb1's last W. A call made from the
@@ -443,6 +473,7 @@ class EngineReplay {
   Partition part_;
   std::vector<UnitUse> schedule_;
   ZeroCommSizes sizes_;
+  int stage_;
   bool stage3_, hpz_, pooled_, every_micro_step_, sharded_;
   int max_in_flight_;
   std::vector<uint64_t> gathered_;  // per unit: its gathered copy's bytes (0: not held)
@@ -459,17 +490,21 @@ class EngineReplay {
   std::vector<Replayed> replayed_;
 };
 
-// The engines' buffers over a step of this rank's actions, one engine per chunk: their peaks summed (as
-// the engines report them), and of that ZeRO-3's gathered units.
-std::pair<uint64_t, uint64_t> replay_engines(const LayoutSizes& L, const RankPlace& place,
-                                             const std::vector<ChunkSizes>& chunks) {
+// The engines over a step of this rank's actions, one per chunk.
+struct EngineBytes {
+  uint64_t peak = 0;                          // their peaks summed (as the engines report them)
+  uint64_t gathered = 0;                      // of that, ZeRO-3's gathered units
+  std::vector<std::vector<Range>> grad_runs;  // per chunk: the reduced gradients it holds
+};
+EngineBytes replay_engines(const LayoutSizes& L, const RankPlace& place,
+                           const std::vector<ChunkSizes>& chunks) {
   const RunConfig& c = L.c;
   ZeroOptions zo = zero_options(c);
   zo.comm.ranks_per_node = place.replicas_on_node;  // as the layout builder's zero_options(config, grid)
   const char* tied = L.arch.tied_head(c.model);
   std::vector<EngineReplay> engines;
   for (const ChunkSizes& cs : chunks)
-    engines.emplace_back(cs.table, stage_unit_schedule(c.model, cs.range, tied != nullptr), zo, L.replicas,
+    engines.emplace_back(*cs.table, stage_unit_schedule(c.model, cs.range, tied != nullptr), zo, L.replicas,
                          place.replica);
   for (EngineReplay& e : engines) e.zero_grad();
   std::vector<int> backwards_left(chunks.size(), L.shape.m);
@@ -487,9 +522,48 @@ std::pair<uint64_t, uint64_t> replay_engines(const LayoutSizes& L, const RankPla
       e.backward(cs.last, head_in_unit0, !later && --backwards_left[size_t(chunk)] == 0);
     }
   }
-  uint64_t total = 0, gathered = 0;
-  for (const EngineReplay& e : engines) total += e.peak(), gathered += e.gathered_peak();
-  return {total, gathered};
+  EngineBytes b;
+  for (const EngineReplay& e : engines)
+    b.peak += e.peak(), b.gathered += e.gathered_peak(), b.grad_runs.push_back(e.grad_runs());
+  return b;
+}
+
+// The step's gradient sums after the reductions (train/train_step.cpp), each packing its messages in
+// scratch it keeps: under tensor parallelism each chunk's (TpGradients, parallel/tp_grads.h); with a
+// tied embedding cut by the pipeline, the step's one for the tied copies (parallel/pipeline_grads.h).
+uint64_t gradient_sum_scratch_bytes(const LayoutSizes& L, const RankPlace& place,
+                                    const std::vector<ChunkSizes>& chunks, const EngineBytes& engines) {
+  const ParallelConfig& pc = L.c.parallel;
+  const char* tied = L.ranges.size() > 1 ? L.arch.tied_head(L.c.model) : nullptr;
+  uint64_t tp_floats = 0, tied_floats = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const std::vector<Range>& runs = engines.grad_runs[i];
+    if (pc.tp > 1)
+      tp_floats += TpGradients::plan(*chunks[i].table, pc.tp, place.tp, pc.tp_sp).scratch_floats(runs);
+    if (const ParamInfo* t = tied ? chunks[i].table->try_find(tied) : nullptr)
+      for (uint64_t n :
+           gradient_sum_messages(runs, {Range{t->offset, t->offset + t->numel}}, HeldRuns::differ))
+        tied_floats = std::max(tied_floats, n);
+  }
+  return (tp_floats + tied_floats) * dtype_size(DType::f32);
+}
+
+// The vocabulary-parallel ops' scratch (VocabParallelOps::scratch_floats), one op per rank: the
+// embedding's token sums under TP-SP on a stage with the embeddings, the cross-entropy's statistics of
+// the head's largest chunk (lm_head_loss: a chunk's rows of every tp rank under TP-SP).
+uint64_t vocab_parallel_bytes(const LayoutSizes& L, const std::vector<ChunkSizes>& chunks) {
+  if (L.split.t == 1) return 0;
+  const int64_t tokens = int64_t(L.B) * L.T;
+  uint64_t floats = 0;
+  for (const ChunkSizes& cs : chunks) {
+    const int64_t sliced = cs.first && L.split.sequence_parallel ? tokens : 0;
+    const int64_t loss_rows =
+        cs.last ? lm_head_block_rows(lm_head_rows(int(L.split.rows(tokens)), L.c.memory.head_chunk_tokens),
+                                     L.split)
+                : 0;
+    floats = std::max(floats, VocabParallelOps::scratch_floats(sliced, L.c.model.d_model, loss_rows));
+  }
+  return floats * dtype_size(DType::f32);
 }
 
 // The tensor-parallel linears' scratch (TensorParallelLinears::bytes_for): the widest call is the
@@ -519,8 +593,8 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
   for (int chunk = 0; chunk < L.shape.v; ++chunk) {
     ChunkSizes cs;
     cs.range = L.range(chunk, place.pp);
-    cs.table = L.table(cs.range, place.tp);
-    const StateBytes s = engine_state_bytes(cs.table, zo, L.replicas, place.replica, kAdamWStates);
+    cs.table = &L.table(cs.range, place.tp);
+    const StateBytes s = engine_state_bytes(*cs.table, zo, L.replicas, place.replica, kAdamWStates);
     f.state.params += s.params, f.state.grads += s.grads, f.state.optimizer += s.optimizer;
     cs.memory = block_stage_memory(L.arch.block(), mc, cs.range, L.B, L.T, L.memory(policy), L.split,
                                    L.vocab_rows, *L.attention);
@@ -538,7 +612,7 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
   for (const ChunkSizes& cs : chunks)
     attention_scratch = std::max<uint64_t>(attention_scratch, cs.memory.attention_scratch);
   f.activations = held.peak + attention_scratch + gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim()));
-  f.activations += tp_linears_bytes(L);
+  f.activations += tp_linears_bytes(L) + vocab_parallel_bytes(L, chunks);
   for (size_t i = 0; i < chunks.size(); ++i) f.offload += chunks[i].memory.offload * uint64_t(held.slots[i]);
   // What MPI's reductions hold while they run (MpiCommunicator::transient_bytes): one at a time on each
   // thread that runs them: this one, Domino's, ZeRO's (the footprint assumes MPI_THREAD_MULTIPLE).
@@ -546,24 +620,25 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
   const uint64_t transient = world > 1 ? 3 * uint64_t(MpiCommunicator::max_reduction_bytes()) : 0;
   const int on_node = place.replicas_on_node > 0 ? place.replicas_on_node : L.replicas;
   const bool dp_thread = zero_comm_thread(c.comm.overlap_thread, L.replicas, on_node, true);
-  const auto [engines, gathered] = replay_engines(L, place, chunks);
-  f.comm_buffers = engines + transient * (1 + (L.split.overlap ? 1 : 0) + (dp_thread ? 1 : 0));
-  f.gathered_units = gathered;
+  const EngineBytes engines = replay_engines(L, place, chunks);
+  f.comm_buffers = engines.peak + transient * (1 + (L.split.overlap ? 1 : 0) + (dp_thread ? 1 : 0)) +
+                   gradient_sum_scratch_bytes(L, place, chunks, engines);
+  f.gathered_units = engines.gathered;
   return f;
 }
 
 }  // namespace
 
 StateBytes rank_state_bytes(const RunConfig& config, const RankPlace& place) {
-  const Architecture& arch = architecture(config.model.arch);
   const std::vector<std::pair<int, int>> ranges = stage_ranges(config);
   const int P = config.parallel.pp, v = P > 1 ? config.parallel.pp_virtual : 1;
   const ZeroOptions zo = zero_options(config);
+  const std::string model_key = model_config_to_json(config.model).dump();
   StateBytes total;
   for (int chunk = 0; chunk < v; ++chunk) {
     const auto [begin, end] = ranges[size_t(chunk * P + place.pp)];
-    ParamTable table = arch.stage_table(config.model, StageRange{begin, end});
-    if (config.parallel.tp > 1) table = table.tensor_parallel(config.parallel.tp, place.tp);
+    const ParamTable& table =
+        stage_table(model_key, config.model, StageRange{begin, end}, config.parallel.tp, place.tp);
     const StateBytes s =
         engine_state_bytes(table, zo, replicas_of(config, place), place.replica, kAdamWStates);
     total.params += s.params, total.grads += s.grads, total.optimizer += s.optimizer;

@@ -12,14 +12,16 @@
 //   split and the sequence-parallel attention's sizes (SpAttentionSizes, parallel/usp_attention.h); the
 //   pipeline's action table of this rank replayed as the runner holds them (micro-batch stages in
 //   flight with their received hidden states and gradients, zb1's deferred weight-GEMM operands), plus
-//   the attention op's scratch (with its bf16 messages), the GEMMs' scratch and the tensor-parallel
-//   linears' (TP-SP's gathered inputs and partial sums, Domino's second slot);
+//   the attention op's scratch (with its bf16 messages), the GEMMs' scratch, the tensor-parallel
+//   linears' (TP-SP's gathered inputs and partial sums, Domino's second slot) and the vocabulary-parallel
+//   ops' (the embedding's token sums under TP-SP, the cross-entropy's statistics);
 // - communication buffers: each engine's hooks replayed over the same table: ZeRO-3's gathered units
 //   with their gathers' wire buffers (qwZ, bf16) and hpZ's secondary shards (prefetch and release
-//   follow the stage's unit schedule), the pooled gradient buckets with their receive scratch (ZeRO 2-3;
-//   a bound: a reduction counts as in flight until the engine must wait for it), the most one
-//   compressed or bf16 collective holds (ZeroCommSizes, parallel/zero.h), plus what MPI's reductions
-//   hold while they run;
+//   follow the stage's unit schedule), the pooled gradient buckets with their receive scratch (ZeRO 2-3:
+//   a reduction's buffers go when the engine must wait for it, as GradSync releases them), the most one
+//   compressed or bf16 collective holds (ZeroCommSizes, parallel/zero.h), the packing scratch of the
+//   step's gradient sums (tensor parallelism's replicated tensors and key/value heads, the tied
+//   embedding's copies), plus what MPI's reductions hold while they run;
 // - offload: the disk tier's file of each activation set the runner keeps.
 #pragma once
 
