@@ -238,7 +238,8 @@ void check_case(const Case& c, CheckpointPolicy policy, bool disk, Communicator&
   const uint64_t activations = layout.runner->peak_activation_bytes() +
                                layout.stages.front()->attention_bytes() +
                                gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim())) +
-                               (layout.tp_linears ? layout.tp_linears->bytes() : 0);
+                               (layout.tp_linears ? layout.tp_linears->bytes() : 0) +
+                               (layout.bf16_linears ? layout.bf16_linears->native_bytes() : 0);
   EXPECT_EQ(pure.activations, activations);
   // Communication buffers.
   const uint64_t comm = engines + layout.reduction_transient_bytes();
