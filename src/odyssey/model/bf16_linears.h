@@ -31,7 +31,6 @@ namespace odyssey {
 // other value is an error naming the variable.
 enum class Bf16GemmMode { emulate, native };
 Bf16GemmMode bf16_gemm_mode();
-const char* bf16_gemm_mode_name(Bf16GemmMode mode);
 
 // The native path's bf16 scratch for a rank's linears of BlockDims d (tp = 1) over micro-batches of
 // `tokens` rows, with the LM head's vocab_rows outputs (0: no head on this rank): the weight of the
