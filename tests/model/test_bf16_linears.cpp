@@ -194,7 +194,9 @@ TEST(Bf16Linears, NativeModelMatchesTheEmulation) {
       int64_t n = 0;
       const double loss = stage->forward_backward(in.data(), tg.data(), nullptr, B, T, 1.0f / (B * T), &n);
       grads.assign(stage->grads(), stage->grads() + stage->table().total());
-      if (native) EXPECT_EQ(linears.native_bytes(), scratch.bytes()) << arch;  // the reserve was enough
+      if (native) {
+        EXPECT_EQ(linears.native_bytes(), scratch.bytes()) << arch;  // the reserve was enough
+      }
       return loss;
     };
     std::vector<float> g_emulated, g_native;
