@@ -2,6 +2,8 @@
 # and Qwen2:
 #   - the fp32 reference is untouched by the key's existence (seam_parity.sh checks it bitwise);
 #   - bf16 trains (10 steps within 0.05 absolute and 2e-2 relative of fp32's losses, and not equal to them);
+#   - its GEMMs: ODYSSEY_BF16_GEMM=native (gemm_bf16 on the narrowed operands) within relative 1e-3 of
+#     emulate (fp32 GEMMs of the same rounded operands), each said at start-up; a bad value is refused;
 #   - every layout in bf16 (dp 2 and 4 with ZeRO 0-3, Ulysses, ring, the hybrid, tp 2, pp 2) gives one
 #     process's bf16 losses within relative 1e-3 (the bf16 roundings flip with the fp32 summation order);
 #   - ZeRO-3's and ZeRO-1's weight gathers and Ulysses' all-to-alls move bf16: exactly half the bytes of
@@ -37,6 +39,16 @@ grep -q "precision: bf16" "$WORK/ref.log" || fail "the bf16 run does not say its
 grep -q "oneDNN bf16 matmul on this CPU" "$WORK/ref.log" || fail "the bf16 run does not say native or fallback"
 close ref fp32 0.05 2e-2
 [ "$(losses ref | md5sum)" != "$(losses fp32 | md5sum)" ] || fail "bf16 losses equal fp32's: nothing was rounded"
+
+# The GEMMs: native against the emulation on the same rounded operands (summation order only).
+ODYSSEY_BF16_GEMM=emulate run emulate 1 "${common[@]}" "${bf16[@]}"
+ODYSSEY_BF16_GEMM=native run native 1 "${common[@]}" "${bf16[@]}"
+grep -q "GEMMs: fp32 GEMMs of operands rounded" "$WORK/emulate.log" || fail "emulate does not say its GEMMs"
+grep -q "GEMMs: gemm_bf16" "$WORK/native.log" || fail "native does not say its GEMMs"
+grep -q "gemm_bf16 .*x.*x.* trans_a=" "$WORK/native.log" || fail "native does not list its bf16 GEMM shapes"
+close native emulate 0.01 1e-3
+expect_error bad_gemm_mode "ODYSSEY_BF16_GEMM=fast" env ODYSSEY_BF16_GEMM=fast "$ODYSSEY" train --config "$cfg" \
+  "${common[@]}" "${bf16[@]}" --set "checkpoint.dir=$WORK/bad_gemm_mode"
 
 # Layouts in bf16 against one process in bf16.
 for stage in 0 1 2 3; do
@@ -82,13 +94,15 @@ run_compared mem_head 1 ref 1e-3 "${common[@]}" "${bf16[@]}" --set memory.head_c
 # mpitest_footprint checks against what is allocated) are what --dry-run says, and at 4 layers (C = 40,
 # 74 tokens) bf16 holds each layer's six rounded tensors (14 C floats a token) at 2 bytes instead of 4,
 # plus one fp32 copy of them a block call computes on: 4 x 74 x 560 x 2 - 74 x 560 x 4 = 165760 bytes
-# fewer than fp32 (at 2 layers the copy eats the saving).
+# fewer than fp32 (at 2 layers the copy eats the saving); counted with the emulated GEMMs (the native
+# ones add their bf16 scratch, model/bf16_linears.h).
 act_bytes() { grep -oE '"activations":[0-9]+' "$WORK/$1/metrics.jsonl" | tail -n 1 | cut -d: -f2; }
 dry_act() {
   "$ODYSSEY" train --config "$cfg" "${common[@]}" "$@" --dry-run 2>/dev/null |
     grep -oE '"activation_bytes_per_rank":[0-9]+' | cut -d: -f2
 }
-d2=$(dry_act "${bf16[@]}") d4=$(dry_act "${bf16[@]}" --set model.n_layer=4) f4=$(dry_act --set model.n_layer=4)
+d2=$(dry_act "${bf16[@]}") d4=$(ODYSSEY_BF16_GEMM=emulate dry_act "${bf16[@]}" --set model.n_layer=4)
+f4=$(dry_act --set model.n_layer=4)
 if [ -n "$d2" ] && [ "$(act_bytes ref)" = "$d2" ] && [ -n "$d4" ] && [ -n "$f4" ] && [ $((f4 - d4)) -eq 165760 ]; then
   echo "ok: bf16 activations $d2 bytes as --dry-run says; at 4 layers $d4 against fp32's $f4"
 else

@@ -239,7 +239,8 @@ void check_case(const Case& c, CheckpointPolicy policy, bool disk, Communicator&
                                layout.stages.front()->attention_bytes() +
                                gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim())) +
                                (layout.tp_linears ? layout.tp_linears->bytes() : 0) +
-                               (layout.tp_vocab ? layout.tp_vocab->scratch_bytes() : 0);
+                               (layout.tp_vocab ? layout.tp_vocab->scratch_bytes() : 0) +
+                               (layout.bf16_linears ? layout.bf16_linears->native_bytes() : 0);
   EXPECT_EQ(pure.activations, activations);
   // Communication buffers.
   uint64_t sums = layout.step.scratch.bytes();

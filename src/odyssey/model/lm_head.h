@@ -72,7 +72,7 @@ inline int64_t lm_head_block_rows(int chunk, const TpSplit& split) {
 // The logits block's row stride for Vr vocabulary columns: Vr rounded up to 16 floats (64 bytes). The
 // head's three GEMMs stream the block, and oneDNN ran them at 0.55-0.9 of this rate with GPT-2's odd
 // V = 50257 as the stride (the weight gradient dW += dlogits^T n slowest). The padding columns are
-// never read or written.
+// never read (the native bf16 linears write zeros there, model/bf16_linears.cpp).
 inline int64_t logits_row_stride(int64_t Vr) {
   return (Vr + 15) / 16 * 16;
 }

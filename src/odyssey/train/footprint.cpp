@@ -613,6 +613,9 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
     attention_scratch = std::max<uint64_t>(attention_scratch, cs.memory.attention_scratch);
   f.activations = held.peak + attention_scratch + gemm_scratch_bytes(std::max(mc.d_model, mc.ffn_dim()));
   f.activations += tp_linears_bytes(L) + vocab_parallel_bytes(L, chunks);
+  std::vector<StageRange> ranges;
+  for (const ChunkSizes& cs : chunks) ranges.push_back(cs.range);
+  f.activations += bf16_gemm_scratch(c, ranges).bytes();
   for (size_t i = 0; i < chunks.size(); ++i) f.offload += chunks[i].memory.offload * uint64_t(held.slots[i]);
   // What MPI's reductions hold while they run (MpiCommunicator::transient_bytes): one at a time on each
   // thread that runs them: this one, Domino's, ZeRO's (the footprint assumes MPI_THREAD_MULTIPLE).
@@ -628,6 +631,17 @@ RankFootprint footprint_at(const LayoutSizes& L, const RankPlace& place, Checkpo
 }
 
 }  // namespace
+
+Bf16GemmScratch bf16_gemm_scratch(const RunConfig& c, const std::vector<StageRange>& ranges) {
+  if (c.train.precision != Precision::bf16) return {};
+  if (bf16_gemm_mode() != Bf16GemmMode::native || c.parallel.tp > 1) return {};  // the emulation's GEMMs
+  const bool head =
+      std::any_of(ranges.begin(), ranges.end(), [&](const StageRange& r) { return r.head(c.model); });
+  const int64_t tokens =
+      int64_t(c.train.micro_batch) * c.seq_len() / (c.parallel.sp_ulysses * c.parallel.sp_ring);
+  const BlockDims d = architecture(c.model.arch).block().dims(c.model, TpSplit{});
+  return Bf16GemmScratch::of(d, tokens, head ? c.model.vocab_size : 0);
+}
 
 StateBytes rank_state_bytes(const RunConfig& config, const RankPlace& place) {
   const std::vector<std::pair<int, int>> ranges = stage_ranges(config);

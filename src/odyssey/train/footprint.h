@@ -28,7 +28,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "odyssey/model/bf16_linears.h"
 #include "odyssey/model/params.h"
+#include "odyssey/model/stage.h"
 #include "odyssey/parallel/zero.h"
 #include "odyssey/train/config.h"
 
@@ -74,6 +76,11 @@ ZeroOptions zero_options(const RunConfig& config);
 // replica rank `rank`; optimizer_states: buffers the optimizer keeps per element (AdamW: 2).
 StateBytes engine_state_bytes(const ParamTable& table, const ZeroOptions& options, int replicas, int rank,
                               int optimizer_states);
+
+// The bf16 linears' GEMM scratch on a rank whose stages span `ranges` (resolved): Bf16GemmScratch::of
+// its blocks over a micro-batch's tokens, with the vocabulary when a range has the head; none unless
+// train.precision = bf16 runs native GEMMs (bf16_gemm_mode) on one tensor-parallel rank.
+Bf16GemmScratch bf16_gemm_scratch(const RunConfig& config, const std::vector<StageRange>& ranges);
 
 // The state of the rank at `place` of the run `config` (its stages' tables from the registered
 // architecture, cut for its tp piece).

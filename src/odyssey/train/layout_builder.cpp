@@ -115,8 +115,18 @@ Layout::Layout(const RunConfig& c, Communicator& w)
     kv_group = w.split(color, w.rank(), "tp_kv", grid.num_nodes() == 1);
   }
   // bf16: the stages' linears (local or tensor-parallel) under the bf16 policy (model/bf16_linears.h).
-  if (c.train.precision == Precision::bf16)
-    bf16_linears = std::make_unique<Bf16Linears>(tp_linears ? *tp_linears : local_linears());
+  // One rank's linears run gemm_bf16 where ODYSSEY_BF16_GEMM says native (bf16_gemm_scratch: their
+  // scratch, as the footprint counts it).
+  if (c.train.precision == Precision::bf16) {
+    std::vector<StageRange> mine;
+    for (int chunk = 0; chunk < shape.v; ++chunk) {
+      const auto [begin, end] = ranges[size_t(chunk * shape.P + grid.coords().pp)];
+      mine.push_back(StageRange{begin, end}.resolved(c.model));
+    }
+    const Bf16GemmScratch scratch = bf16_gemm_scratch(c, mine);
+    bf16_linears = std::make_unique<Bf16Linears>(tp_linears ? *tp_linears : local_linears(),
+                                                 scratch.bytes() > 0, scratch);
+  }
   for (int chunk = 0; chunk < shape.v; ++chunk) {
     const auto [begin, end] = ranges[size_t(chunk * shape.P + grid.coords().pp)];
     stages.push_back(arch.make_stage(c.model, StageRange{begin, end}, false, TpPiece{tp.size(), tp.rank()}));

@@ -16,6 +16,7 @@
 #include "odyssey/core/log.h"
 #include "odyssey/core/timer.h"
 #include "odyssey/kernels/bf16_convert.h"
+#include "odyssey/kernels/cpu_info.h"
 #include "odyssey/kernels/gemm.h"
 #include "odyssey/optim/schedule.h"
 #include "odyssey/train/batch_loader.h"
@@ -100,10 +101,14 @@ void log_start(Layout& layout, const std::string& auto_note, double peak_gflops,
       omp_get_max_threads(), peak_gflops, peak_note);
   if (tc.precision == Precision::bf16)
     log_info(
-        "precision: bf16 (fp32 master weights, moments and gradients; a bf16 model copy and GEMM operands "
-        "rounded to bf16 and held as fp32 values, the stored activations in bf16: fp32 compute, the bf16 "
-        "emulation of mixed-precision.md §9); oneDNN bf16 matmul on this CPU: {}; fp32->bf16 conversion: {}",
-        gemm_bf16_native() ? "native (not used yet)" : "none (the fallback: bf16 storage, fp32 compute)",
+        "precision: bf16 (fp32 master weights, moments and gradients; a bf16 model copy held as fp32 values, "
+        "the stored activations in bf16; GEMMs: {}); oneDNN bf16 matmul on this CPU: {} (oneDNN ISA {}); "
+        "fp32->bf16 conversion: {}",
+        layout.bf16_linears->native()
+            ? "gemm_bf16 on the narrowed operands, fp32 accumulation (ODYSSEY_BF16_GEMM=native)"
+            : "fp32 GEMMs of operands rounded to bf16, the emulation of mixed-precision.md §9 "
+              "(ODYSSEY_BF16_GEMM=emulate, or tensor-parallel linears)",
+        gemm_bf16_native() ? "native" : "none (the fallback: bf16 storage, fp32 compute)", onednn_isa(),
         bf16_convert_path().name);
   const Partition& part = layout.engines.front()->partition();
   log_info(
@@ -302,6 +307,9 @@ TrainResult run_training(const RunConfig& config, Communicator& world, bool dry_
     result.last_loss = f.result.loss;
     result.losses.push_back(f.result.loss);
     if (root && step == start_step) log_info("{}", memory_line(f.memory));
+    // mixed-precision.md §5.6: the implementation of every bf16 GEMM shape the first step created.
+    if (root && step == start_step && layout.bf16_linears && layout.bf16_linears->native())
+      for (const std::string& line : gemm_bf16_primitives()) log_info("gemm_bf16 {}", line);
     result.last_record = step_record(f);
     const bool last = step + 1 == end_step;
     const bool eval_now = data.val && ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last);
