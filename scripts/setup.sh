@@ -5,6 +5,7 @@
 #                                    and bc (the test suite; tests/multihost's namespace cluster)
 #   bash scripts/setup.sh --plot     also python3-matplotlib (the demo's loss plot)
 #   bash scripts/setup.sh --torch    also PyTorch, numpy, OpenBLAS, tcmalloc (bench/compare.sh, reference data)
+#   bash scripts/setup.sh --bench    also jq (bench/bf16_speed.sh, bench/plan_validate.sh read metrics with it)
 #   bash scripts/setup.sh --fuzz     also clang 14 and its runtime libraries (libFuzzer; scripts/fuzz.sh)
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git ca-certificates
@@ -17,12 +18,13 @@ for arg in "$@"; do
   case "$arg" in
     --test) packages+=(libgtest-dev libgmock-dev clang-format python3 iproute2 util-linux bc) ;;
     --plot) packages+=(python3 python3-matplotlib) ;;
+    --bench) packages+=(jq) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     # PyTorch needs an optimized BLAS (Debian's reference BLAS is 100x slower).
     # tcmalloc: bench/torch_env.sh preloads it for PyTorch (glibc's page faults dominated its step).
     --torch) packages+=(python3 python3-torch python3-numpy libopenblas0-openmp libtcmalloc-minimal4) ;;
     *)
-      echo "setup: unknown option '$arg' (expected --test, --plot, --torch or --fuzz)" >&2
+      echo "setup: unknown option '$arg' (expected --test, --plot, --torch, --bench or --fuzz)" >&2
       exit 1
       ;;
   esac

@@ -169,11 +169,11 @@ TEST(Bf16Linears, NativeCallsMatchTheEmulation) {
 TEST(Bf16Linears, NativeModelMatchesTheEmulation) {
   if (!gemm_bf16_native())
     GTEST_SKIP() << "oneDNN creates no bf16 matmul on this CPU: the native path is the fallback";
-  for (const char* arch : {"gpt2", "llama"}) {
+  for (Arch arch : {Arch::gpt2, Arch::llama}) {
     ModelConfig c;
     c.arch = arch;
     c.n_layer = 2, c.n_head = 4, c.d_model = 64, c.seq_len = 64, c.vocab_size = 97;
-    if (c.arch == "llama") c.n_kv_head = 2, c.d_ff = 96;
+    if (c.arch == Arch::llama) c.n_kv_head = 2, c.d_ff = 96;
     const int B = 3, T = 64;
     auto run = [&](bool native, std::vector<float>& grads) {
       auto stage = architecture(arch).make_stage(c, StageRange{}, true, {});
@@ -195,20 +195,21 @@ TEST(Bf16Linears, NativeModelMatchesTheEmulation) {
       const double loss = stage->forward_backward(in.data(), tg.data(), nullptr, B, T, 1.0f / (B * T), &n);
       grads.assign(stage->grads(), stage->grads() + stage->table().total());
       if (native) {
-        EXPECT_EQ(linears.native_bytes(), scratch.bytes()) << arch;  // the reserve was enough
+        EXPECT_EQ(linears.native_bytes(), scratch.bytes())
+            << enum_name(kArchNames, arch);  // the reserve was enough
       }
       return loss;
     };
     std::vector<float> g_emulated, g_native;
     const double emulated = run(false, g_emulated), native = run(true, g_native);
-    EXPECT_NEAR(native, emulated, 1e-5 * std::abs(emulated)) << arch;
+    EXPECT_NEAR(native, emulated, 1e-5 * std::abs(emulated)) << enum_name(kArchNames, arch);
     // The stored activations are rounded to bf16: where the two GEMMs' sums fall on either side of a
     // rounding boundary they differ by one bf16 ulp (2^-8 relative), which the backward carries on.
     double diff = 0, norm = 0;
     for (size_t i = 0; i < g_native.size(); ++i)
       diff += double(g_native[i] - g_emulated[i]) * (g_native[i] - g_emulated[i]),
           norm += double(g_emulated[i]) * g_emulated[i];
-    EXPECT_LE(std::sqrt(diff), 1e-3 * std::sqrt(norm)) << arch;
+    EXPECT_LE(std::sqrt(diff), 1e-3 * std::sqrt(norm)) << enum_name(kArchNames, arch);
   }
 }
 
